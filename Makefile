@@ -1,0 +1,54 @@
+# Model Factory: `make demo` and `make test` are all a fresh machine needs.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# The CPU build of torch lies on disk; installing it first stops pip from resolving a CUDA build.
+TORCH := torch==2.13.0
+PIP := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
+
+.PHONY: help install demo test lint format lock java clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import sys; assert (3, 11) <= sys.version_info[:2] < (3, 13), "Python 3.11 or 3.12 is needed, found " + sys.version' \
+		|| { echo "error: set PYTHON=/path/to/python3.11"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) $(TORCH)
+	$(PIP) -e '.[dev]'
+	@touch $@
+
+install: $(STAMP) ## create .venv and install everything pinned
+
+java: ## check that Java 17+ is present (Spark needs it)
+	@command -v java >/dev/null || { echo "error: Spark needs Java 17; install it with: apt-get install -y openjdk-17-jre-headless"; exit 1; }
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p'); [ "$${v:-0}" -ge 17 ] \
+		|| { echo "error: Spark needs Java 17 or newer, found $$v; install openjdk-17-jre-headless"; exit 1; }
+
+demo: install java ## run the whole chain on the embedded default (.factory/)
+	$(BIN)/factory demo
+
+test: install java ## run the test suite on real Spark, Iceberg catalogs, Ray and torchrun
+	$(BIN)/python -m pytest
+
+lint: install ## ruff lint and format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install ## ruff fix and format
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+lock: ## re-resolve the pinned versions into constraints.txt
+	rm -rf /tmp/factory-lock && $(PYTHON) -m venv /tmp/factory-lock
+	/tmp/factory-lock/bin/pip install -q $(TORCH) && /tmp/factory-lock/bin/pip install -q -e '.[dev]'
+	{ head -2 constraints.txt; /tmp/factory-lock/bin/pip freeze --exclude-editable | grep -v '^torch=='; echo '$(TORCH)'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+
+clean: ## remove .venv, .factory and caches
+	rm -rf $(VENV) .factory .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Mixture specs, pinning them to manifests, and mixture optimisation."""

@@ -1,0 +1,1 @@
+"""Quality filters (one small class each), filter configs and data-validation suites."""

@@ -1,0 +1,1 @@
+"""The Ray Data streaming loader: planning, reading, tokenizing, packing, mixing, state."""

@@ -1,0 +1,1 @@
+"""The FSDP2 trainer: model, parallelisation, train loop, checkpoints, evals, metrics."""
