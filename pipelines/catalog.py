@@ -1,0 +1,90 @@
+"""One way to reach the Iceberg catalog: embedded SQLite by default, any pyiceberg catalog by name.
+
+With no configuration the factory keeps its lakehouse under ``$FACTORY_HOME`` (default
+``./.factory``): a pyiceberg SQL catalog in ``catalog.db`` and the warehouse beside it. Naming a
+catalog (``--catalog NAME`` or ``FACTORY_CATALOG``) loads it from standard pyiceberg
+configuration (``.pyiceberg.yaml`` or ``PYICEBERG_CATALOG__<NAME>__*``), so the same jobs run
+against PostgreSQL, REST, Glue or Hive catalogs and object storage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog import load_catalog as _pyiceberg_load_catalog
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+
+from pipelines.exceptions import CatalogConfigError, TableNotFoundError
+from pipelines.refs import PinnedRef, TableRef, format_identifier, resolve_snapshot_id
+
+EMBEDDED_CATALOG_NAME = "factory"
+
+# Our commit loop re-checks run-id ancestry before every retry (commit.py); pyiceberg's own
+# retry would re-apply the append without that check, so tables we create leave retries to us.
+TABLE_PROPERTIES = {"commit.retry.num-retries": "0"}
+
+
+def factory_home() -> Path:
+    """The embedded lakehouse's folder: ``$FACTORY_HOME`` or ``./.factory``."""
+    return Path(os.environ.get("FACTORY_HOME", ".factory")).resolve()
+
+
+def embedded_catalog_properties(home: Path | None = None) -> dict[str, str]:
+    """The pyiceberg properties of the embedded SQLite catalog under ``home``."""
+    home = home or factory_home()
+    return {
+        "type": "sql",
+        "uri": f"sqlite:///{home / 'catalog.db'}",
+        "warehouse": (home / "warehouse").as_uri(),
+    }
+
+
+def load_catalog(name: str | None = None) -> Catalog:
+    """The catalog named ``name`` (or ``$FACTORY_CATALOG``), else the embedded one."""
+    name = name or os.environ.get("FACTORY_CATALOG") or None
+    if name is None:
+        home = factory_home()
+        (home / "warehouse").mkdir(parents=True, exist_ok=True)
+        return _pyiceberg_load_catalog(EMBEDDED_CATALOG_NAME, **embedded_catalog_properties(home))
+    try:
+        return _pyiceberg_load_catalog(name)
+    except Exception as exc:  # pyiceberg raises ValueError, ImportError, connection errors…
+        raise CatalogConfigError(
+            f"cannot load catalog {name!r}: {exc}\n"
+            f"Configure it in ~/.pyiceberg.yaml or with PYICEBERG_CATALOG__{name.upper()}__* variables, "
+            "or leave --catalog/FACTORY_CATALOG unset to use the embedded SQLite catalog."
+        ) from exc
+
+
+def load_table(catalog: Catalog, identifier: tuple[str, ...]) -> Table:
+    """The table, or a clear error naming it and how to see what exists."""
+    try:
+        return catalog.load_table(identifier)
+    except NoSuchTableError as exc:
+        raise TableNotFoundError(
+            f"table {format_identifier(identifier)} does not exist; `factory tables` lists the tables"
+        ) from exc
+
+
+def ensure_table(catalog: Catalog, identifier: tuple[str, ...], schema: Schema) -> Table:
+    """Create the table (and its namespace) if missing; safe when two jobs race to create it."""
+    namespace = identifier[:-1]
+    with contextlib.suppress(NamespaceAlreadyExistsError):  # lost a creation race: fine
+        catalog.create_namespace_if_not_exists(namespace)
+    try:
+        return catalog.create_table(identifier, schema, properties=TABLE_PROPERTIES)
+    except TableAlreadyExistsError:
+        return catalog.load_table(identifier)
+
+
+def resolve(catalog: Catalog, text: str) -> tuple[Table, PinnedRef]:
+    """Parse and resolve ``namespace.table[@REF]`` to its table and snapshot id."""
+    parsed = TableRef.parse(text)
+    table = load_table(catalog, parsed.identifier)
+    snapshot_id = resolve_snapshot_id(table, parsed.ref, parsed.table_name)
+    return table, PinnedRef(parsed.identifier, snapshot_id, parsed.ref)

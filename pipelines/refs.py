@@ -1,0 +1,119 @@
+"""Table identifiers and references: ``namespace.table`` and ``namespace.table@REF``.
+
+REF is a snapshot id, a tag or a branch. Jobs record the snapshot id a reference resolved to,
+never the tag, so a run can be repeated after the tag moves.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pyiceberg.table import Table
+
+from pipelines.exceptions import EmptyTableError, InvalidIdentifierError, RefNotFoundError
+
+# One conservative name rule for every part: it is safe as a path segment in any warehouse
+# (no "..", "/", scheme or whitespace can reach the table location) and in every catalog.
+_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_REF_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
+
+
+def parse_identifier(text: str) -> tuple[str, ...]:
+    """``"ns.table"`` → ``("ns", "table")``, rejecting anything that is not plain names."""
+    if not isinstance(text, str) or not text:
+        raise InvalidIdentifierError("a table identifier is needed, e.g. raw.code")
+    if "://" in text or "/" in text or "\\" in text:
+        raise InvalidIdentifierError(f"invalid table identifier {text!r}: expected namespace.table, not a path or URI")
+    parts = tuple(text.split("."))
+    if len(parts) < 2:
+        raise InvalidIdentifierError(f"invalid table identifier {text!r}: expected namespace.table, e.g. raw.code")
+    for part in parts:
+        if not part:
+            raise InvalidIdentifierError(f"invalid table identifier {text!r}: empty name between dots")
+        if not _PART.match(part):
+            raise InvalidIdentifierError(
+                f"invalid table identifier {text!r}: {part!r} must be letters, digits and _, not starting with a digit"
+            )
+    return parts
+
+
+def format_identifier(identifier: tuple[str, ...]) -> str:
+    return ".".join(identifier)
+
+
+def validate_ref_name(name: str) -> str:
+    """A tag or branch name: letters, digits, ``_ . -``, and not all digits (those are snapshot ids)."""
+    if not _REF_NAME.match(name or "") or name.isdigit() or ".." in name:
+        raise InvalidIdentifierError(
+            f"invalid tag or branch name {name!r}: use letters, digits, '_', '.', '-', not only digits"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """A parsed ``namespace.table[@REF]``; ``ref`` is None for the current snapshot of main."""
+
+    identifier: tuple[str, ...]
+    ref: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> TableRef:
+        table_part, sep, ref = text.partition("@")
+        if sep and not ref:
+            raise InvalidIdentifierError(f"invalid reference {text!r}: nothing after '@'")
+        if ref and not ref.isdigit():
+            validate_ref_name(ref)
+        return cls(parse_identifier(table_part), ref or None)
+
+    @property
+    def table_name(self) -> str:
+        return format_identifier(self.identifier)
+
+    def __str__(self) -> str:
+        return self.table_name + (f"@{self.ref}" if self.ref else "")
+
+
+@dataclass(frozen=True)
+class PinnedRef:
+    """A reference resolved to the snapshot it names at the time of resolution."""
+
+    identifier: tuple[str, ...]
+    snapshot_id: int
+    ref: str | None
+
+    @property
+    def table_name(self) -> str:
+        return format_identifier(self.identifier)
+
+    def as_input(self) -> dict[str, object]:
+        """The entry this read takes in a snapshot's ``factory.inputs``."""
+        entry: dict[str, object] = {"table": self.table_name, "snapshot_id": self.snapshot_id}
+        if self.ref and not self.ref.isdigit():
+            entry["ref"] = self.ref
+        return entry
+
+    def __str__(self) -> str:
+        return f"{self.table_name}@{self.snapshot_id}"
+
+
+def resolve_snapshot_id(table: Table, ref: str | None, label: str) -> int:
+    """The snapshot id that ``ref`` names on ``table`` (current main when None)."""
+    if ref is None:
+        snapshot = table.current_snapshot()
+        if snapshot is None:
+            raise EmptyTableError(f"{label} has no snapshots yet; nothing to read")
+        return snapshot.snapshot_id
+    if ref.isdigit():
+        if table.snapshot_by_id(int(ref)) is None:
+            raise RefNotFoundError(
+                f"{label}@{ref}: no snapshot with that id (expired or never existed); "
+                f"`factory snapshots {label}` lists them"
+            )
+        return int(ref)
+    named = table.metadata.refs.get(ref)
+    if named is None:
+        known = ", ".join(sorted(table.metadata.refs)) or "none"
+        raise RefNotFoundError(f"{label}@{ref}: no tag or branch named {ref!r} (refs: {known})")
+    return named.snapshot_id

@@ -1,0 +1,53 @@
+"""Iceberg schemas of the tables the jobs write (DESIGN.md, "Document tables")."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.schema import Schema
+from pyiceberg.types import BinaryType, LongType, NestedField, StringType
+
+from pipelines.exceptions import InputError
+
+DOCUMENT_COLUMNS = ("doc_id", "source", "text", "path", "lang", "n_bytes")
+
+DOCUMENT_SCHEMA = Schema(
+    NestedField(1, "doc_id", StringType(), required=True, doc="stable id, unique in the table"),
+    NestedField(2, "source", StringType(), required=True, doc="source name given at ingest"),
+    NestedField(3, "text", StringType(), required=True, doc="UTF-8 text"),
+    NestedField(4, "path", StringType(), required=False, doc="file path, URL or origin"),
+    NestedField(5, "lang", StringType(), required=False, doc="programming or natural language"),
+    NestedField(6, "n_bytes", LongType(), required=False, doc="size of text in UTF-8 bytes"),
+)
+
+QUARANTINE_SCHEMA = Schema(
+    NestedField(1, "doc_id", StringType(), required=True),
+    NestedField(2, "source", StringType(), required=True),
+    NestedField(3, "stage", StringType(), required=True, doc="ingest, dedup, filter, …"),
+    NestedField(4, "reason", StringType(), required=True, doc="short machine-readable reason"),
+    NestedField(5, "detail", StringType(), required=False, doc="what exactly was wrong"),
+    NestedField(6, "path", StringType(), required=False),
+    NestedField(7, "record", BinaryType(), required=False, doc="the record, or its first bytes"),
+    NestedField(8, "run_id", StringType(), required=True, doc="the run that refused it"),
+)
+
+# Enough of a refused record to see what was wrong with it, bounded so one huge bad record
+# cannot bloat the quarantine table.
+QUARANTINE_RECORD_BYTES = 64 * 1024
+
+
+def arrow_schema(schema: Schema) -> pa.Schema:
+    """The Arrow schema that staged Parquet files are written with.
+
+    Without field ids: pyiceberg's ``add_files`` maps columns by name (the table's name mapping)
+    and refuses files that carry ids.
+    """
+    return schema_to_pyarrow(schema, include_field_ids=False)
+
+
+def require_columns(table_schema: Schema, columns: tuple[str, ...], label: str) -> None:
+    """Refuse a table that lacks columns a job needs, before any work is done."""
+    names = {field.name for field in table_schema.fields}
+    missing = [c for c in columns if c not in names]
+    if missing:
+        raise InputError(f"{label} is not a document table: missing column(s) {', '.join(missing)}")

@@ -1,0 +1,77 @@
+"""Fixtures that start real engines: Spark local[2], SQLite and PostgreSQL Iceberg catalogs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines.catalog import embedded_catalog_properties
+from tests.postgres import PostgresServer, find_postgres_bin
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Every Spark the tests start, in process or in a subprocess, is local[2] without a UI.
+os.environ.setdefault("FACTORY_SPARK_MASTER", "local[2]")
+os.environ.setdefault("FACTORY_SPARK_DRIVER_MEMORY", "2g")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from pipelines.spark_session import get_spark
+
+    session = get_spark("factory-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def factory_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh embedded lakehouse for this test (also seen by subprocesses through the env)."""
+    home = tmp_path / "factory-home"
+    monkeypatch.setenv("FACTORY_HOME", str(home))
+    monkeypatch.delenv("FACTORY_CATALOG", raising=False)
+    return home
+
+
+@pytest.fixture
+def catalog(factory_home: Path):
+    from pipelines.catalog import load_catalog
+
+    return load_catalog()
+
+
+@pytest.fixture
+def sqlite_properties(factory_home: Path) -> dict[str, str]:
+    (factory_home / "warehouse").mkdir(parents=True, exist_ok=True)
+    return embedded_catalog_properties(factory_home)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server from the Debian packages, started for this test session."""
+    bindir = find_postgres_bin()
+    if bindir is None:
+        pytest.skip("PostgreSQL is not installed here (apt-get install postgresql; .ci/run does it)")
+    try:
+        server = PostgresServer(bindir)
+        server.start()
+    except (OSError, KeyError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"PostgreSQL could not be started here: {exc}")
+    yield server
+    server.stop()
+
+
+def run_factory(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run the ``factory`` command line in a fresh process, as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -1,0 +1,143 @@
+"""The commit protocol on real catalogs (SQLite, PostgreSQL): lineage, idempotency, races, gc."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
+
+from pipelines.catalog import ensure_table
+from pipelines.commit import Run, StagedFile, collect_garbage, commit_files, find_run_snapshot, snapshot_stats
+from pipelines.exceptions import InvalidIdentifierError
+from pipelines.schemas import DOCUMENT_SCHEMA, arrow_schema
+
+TABLE = ("raw", "docs")
+
+
+def stage(table, run: Run, ids: list[str]) -> StagedFile:
+    """Write one Parquet file as an executor would, under the run attempt's staging prefix."""
+    prefix = run.staging_prefix(table).removeprefix("file://")
+    Path(prefix).mkdir(parents=True, exist_ok=True)
+    path = f"{prefix}/part-{ids[0]}.parquet"
+    rows = [{"doc_id": i, "source": "t", "text": f"text {i}", "path": None, "lang": None, "n_bytes": 6} for i in ids]
+    pq.write_table(pa.Table.from_pylist(rows, schema=arrow_schema(DOCUMENT_SCHEMA)), path)
+    return StagedFile(f"file://{path}", len(ids))
+
+
+def new_run(run_id: str = "run-1") -> Run:
+    return Run(job="test", run_id=run_id, params={"k": 1}, inputs=[{"uri": "file:///in"}])
+
+
+def test_commit_writes_one_snapshot_with_lineage(catalog):
+    table = ensure_table(catalog, TABLE, DOCUMENT_SCHEMA)
+    run = new_run()
+    result = commit_files(catalog, TABLE, [stage(table, run, ["a", "b"]), stage(table, run, ["c"])], run, {"kept": 3})
+
+    table = catalog.load_table(TABLE)
+    snapshot = table.current_snapshot()
+    assert result.snapshot_id == snapshot.snapshot_id and not result.already_committed
+    summary = snapshot.summary
+    assert summary["factory.run-id"] == "run-1"
+    assert summary["factory.job"] == "test"
+    assert json.loads(summary["factory.inputs"]) == [{"uri": "file:///in"}]
+    assert json.loads(summary["factory.params"]) == {"k": 1}
+    assert summary["factory.code-version"].startswith("0.1.0")
+    assert snapshot_stats(snapshot) == {"kept": 3}
+    assert sorted(table.scan().to_arrow().column("doc_id").to_pylist()) == ["a", "b", "c"]
+
+
+def test_same_run_id_twice_commits_once(catalog):
+    table = ensure_table(catalog, TABLE, DOCUMENT_SCHEMA)
+    first = commit_files(catalog, TABLE, [stage(table, new_run(), ["a"])], new_run(), {})
+    # A retried run (new attempt, new files) with the same id must not add its rows again.
+    retry = new_run()
+    again = commit_files(catalog, TABLE, [stage(table, retry, ["a"])], retry, {})
+    table = catalog.load_table(TABLE)
+    assert again.already_committed and again.snapshot_id == first.snapshot_id
+    assert len(table.snapshots()) == 1
+    assert table.scan().to_arrow().num_rows == 1
+    # …and the run is found through ancestry after later commits, not only at the head.
+    commit_files(catalog, TABLE, [stage(table, new_run("run-2"), ["b"])], new_run("run-2"), {})
+    assert find_run_snapshot(catalog.load_table(TABLE), "run-1").snapshot_id == first.snapshot_id
+    assert commit_files(catalog, TABLE, [], new_run(), {}).already_committed
+
+
+def test_an_empty_run_still_commits_a_snapshot_with_its_stats(catalog):
+    ensure_table(catalog, TABLE, DOCUMENT_SCHEMA)
+    result = commit_files(catalog, TABLE, [], new_run(), {"documents-in": 0})
+    snapshot = catalog.load_table(TABLE).current_snapshot()
+    assert snapshot.snapshot_id == result.snapshot_id
+    assert snapshot_stats(snapshot) == {"documents-in": 0}
+
+
+@pytest.mark.parametrize("run_id", ["", "../x", "a/b", "x" * 200, "-lead"])
+def test_run_ids_are_validated(run_id):
+    with pytest.raises(InvalidIdentifierError):
+        new_run(run_id)
+
+
+def _commit_many(properties: dict[str, str], worker: int, rounds: int, barrier) -> None:
+    catalog = pyiceberg_load_catalog("race", **properties)
+    table = catalog.load_table(TABLE)
+    for i in range(rounds):
+        run = new_run(f"w{worker}-r{i}")
+        staged = stage(table, run, [f"w{worker}-r{i}-{k}" for k in range(3)])
+        barrier.wait(timeout=60)  # both workers commit at the same moment, every round
+        commit_files(catalog, TABLE, [staged], run, {"kept": 3}, max_attempts=20)
+
+
+def _race(properties: dict[str, str], rounds: int = 6) -> None:
+    catalog = pyiceberg_load_catalog("race", **properties)
+    ensure_table(catalog, TABLE, DOCUMENT_SCHEMA)
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    workers = [ctx.Process(target=_commit_many, args=(properties, w, rounds, barrier)) for w in range(2)]
+    for p in workers:
+        p.start()
+    for p in workers:
+        p.join(timeout=240)
+    assert [p.exitcode for p in workers] == [0, 0]
+
+    table = catalog.load_table(TABLE)
+    expected = sorted(f"w{w}-r{i}-{k}" for w in range(2) for i in range(rounds) for k in range(3))
+    assert sorted(table.scan().to_arrow().column("doc_id").to_pylist()) == expected
+    run_ids = [s.summary["factory.run-id"] for s in table.snapshots()]
+    assert sorted(run_ids) == sorted(f"w{w}-r{i}" for w in range(2) for i in range(rounds))
+
+
+def test_two_processes_committing_at_once_both_land_sqlite(sqlite_properties):
+    _race(sqlite_properties)
+
+
+def test_two_processes_committing_at_once_both_land_postgres(postgres, tmp_path):
+    _race({"type": "sql", "uri": postgres.url, "warehouse": (tmp_path / "wh").as_uri()})
+
+
+def test_gc_removes_only_old_unreferenced_files(catalog):
+    table = ensure_table(catalog, TABLE, DOCUMENT_SCHEMA)
+    committed_run, crashed_run, running_run = new_run("ok"), new_run("crashed"), new_run("running")
+    committed = stage(table, committed_run, ["a"])
+    commit_files(catalog, TABLE, [committed], committed_run, {})
+    orphan = stage(table, crashed_run, ["b"])
+    fresh = stage(table, running_run, ["c"])
+    hour_ago = time.time() - 3600
+    for f in (committed, orphan):
+        os.utime(f.path.removeprefix("file://"), (hour_ago, hour_ago))
+
+    dry = collect_garbage(catalog, [TABLE], grace=timedelta(minutes=30), dry_run=True)
+    assert dry[0].removed == [orphan.path] and Path(orphan.path.removeprefix("file://")).exists()
+
+    (report,) = collect_garbage(catalog, [TABLE], grace=timedelta(minutes=30))
+    assert report.removed == [orphan.path]
+    assert report.kept_recent == 1
+    assert not Path(orphan.path.removeprefix("file://")).parent.exists()  # its empty folder went too
+    assert Path(fresh.path.removeprefix("file://")).exists()
+    assert catalog.load_table(TABLE).scan().to_arrow().column("doc_id").to_pylist() == ["a"]
