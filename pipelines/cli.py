@@ -1,0 +1,99 @@
+"""The ``factory`` command line. Each command lives in its own module with two functions:
+``add_arguments(parser)`` and ``run(args) -> int``. Only the invoked command's module is
+imported, so ``factory tables`` does not pay for Spark or torch."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from pipelines.exceptions import FactoryError
+
+# name → (module, one-line help). Order is the order `factory --help` lists them in.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "ingest": ("pipelines.ingest", "raw records (JSONL, Parquet, source trees) into a document table"),
+    "tables": ("pipelines.explore", "list tables with their current snapshot and size"),
+    "snapshots": ("pipelines.explore", "list a table's snapshots with how each was made"),
+    "show": ("pipelines.explore", "print the first rows of a table or pinned snapshot"),
+    "tag": ("pipelines.explore", "name a snapshot with a tag"),
+    "gc": ("pipelines.garbage", "remove staged files of runs that never committed"),
+    "demo": ("pipelines.demo", "run the chain on the embedded default with a built-in corpus"),
+}
+
+EPILOG = """\
+With no configuration the catalog is SQLite at $FACTORY_HOME/catalog.db (default ./.factory).
+--catalog NAME or FACTORY_CATALOG=NAME uses a catalog from pyiceberg's configuration
+(~/.pyiceberg.yaml or PYICEBERG_CATALOG__NAME__* variables).
+References: NS.TABLE is the current snapshot of main; NS.TABLE@REF pins a snapshot id, tag or branch.
+"""
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--catalog",
+        metavar="NAME",
+        default=None,
+        help="pyiceberg catalog to use (default: $FACTORY_CATALOG, else the embedded SQLite catalog)",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="only print results and errors")
+
+
+def build_parser(selected: str | None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="factory",
+        description="Model Factory: versioned pre-training data on Iceberg, streamed into training.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        if name == selected:
+            add_common_arguments(command)
+            importlib.import_module(module).add_arguments(command, name)
+    return parser
+
+
+def run_command(name: str, argv: Sequence[str], prog: str | None = None) -> int:
+    """Parse ``argv`` for one command and run it (also the spark-submit entry of each job)."""
+    parser = argparse.ArgumentParser(prog=prog or f"factory {name}", description=COMMANDS[name][1])
+    add_common_arguments(parser)
+    module = importlib.import_module(COMMANDS[name][0])
+    module.add_arguments(parser, name)
+    args = parser.parse_args(argv)
+    args.command = name
+    return _execute(module, args)
+
+
+def _execute(module, args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(asctime)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+    for noisy in ("py4j", "pyiceberg", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        return module.run(args)
+    except FactoryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    selected = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(selected if selected in COMMANDS else None)
+    args = parser.parse_args(argv)
+    return _execute(importlib.import_module(COMMANDS[args.command][0]), args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

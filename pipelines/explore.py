@@ -1,0 +1,183 @@
+"""Looking around: ``factory tables``, ``snapshots``, ``show`` and ``tag``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+
+from pipelines.catalog import load_catalog, load_table, resolve
+from pipelines.commit import summary_properties
+from pipelines.exceptions import FactoryError, InvalidIdentifierError
+from pipelines.refs import PinnedRef, format_identifier, parse_identifier, validate_ref_name
+
+PREVIEW_CHARS = 60
+
+
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    if name == "snapshots":
+        parser.add_argument("table", metavar="NS.TABLE")
+        parser.add_argument("--json", action="store_true", help="print JSON for machines")
+    elif name == "show":
+        parser.add_argument("ref", metavar="NS.TABLE[@REF]")
+        parser.add_argument("-n", type=int, default=10, help="how many rows (default: 10)")
+        parser.add_argument("--json", action="store_true", help="print rows as JSON lines, text in full")
+    elif name == "tag":
+        parser.add_argument("ref", metavar="NS.TABLE[@REF]", help="the snapshot to name")
+        parser.add_argument("name", metavar="NAME", help="the tag")
+        parser.add_argument("--force", action="store_true", help="move the tag if it already exists")
+
+
+def run(args: argparse.Namespace) -> int:
+    catalog = load_catalog(args.catalog)
+    if args.command == "tables":
+        print(format_tables(catalog))
+    elif args.command == "snapshots":
+        table = load_table(catalog, parse_identifier(args.table))
+        if args.json:
+            print(json.dumps([snapshot_record(table, s) for s in table.snapshots()], indent=2))
+        else:
+            print(format_snapshots(table))
+    elif args.command == "show":
+        table, pinned = resolve(catalog, args.ref)
+        print(format_rows(table, pinned, args.n, as_json=args.json))
+    elif args.command == "tag":
+        table, pinned = resolve(catalog, args.ref)
+        tag(table, pinned, args.name, force=args.force)
+        print(f"tagged {pinned} as {pinned.table_name}@{args.name}")
+    return 0
+
+
+def list_tables(catalog: Catalog) -> list[tuple[str, ...]]:
+    """Every table in every namespace (nested namespaces included), sorted."""
+    found, pending = [], list(catalog.list_namespaces())
+    while pending:
+        namespace = pending.pop()
+        found.extend(catalog.list_tables(namespace))
+        pending.extend(catalog.list_namespaces(namespace))
+    return sorted(tuple(t) for t in found)
+
+
+def format_tables(catalog: Catalog) -> str:
+    rows = [("TABLE", "SNAPSHOT", "RECORDS", "FILES", "REFS")]
+    for identifier in list_tables(catalog):
+        table = catalog.load_table(identifier)
+        current = table.current_snapshot()
+        summary = summary_properties(current) if current else {}
+        refs = ",".join(sorted(r for r in table.metadata.refs if r != "main"))
+        rows.append(
+            (
+                format_identifier(identifier),
+                str(current.snapshot_id) if current else "-",
+                summary.get("total-records", "0"),
+                summary.get("total-data-files", "0"),
+                refs or "-",
+            )
+        )
+    if len(rows) == 1:
+        return "no tables yet; `factory ingest --help` shows how to make one"
+    return _columns(rows)
+
+
+def snapshot_record(table: Table, snapshot: Snapshot) -> dict[str, object]:
+    """A snapshot with its refs and ``factory.*`` lineage, decoded from its summary."""
+    summary = summary_properties(snapshot)
+    factory = {k.removeprefix("factory."): v for k, v in summary.items() if k.startswith("factory.")}
+    for key in ("inputs", "params"):
+        if key in factory:
+            factory[key] = json.loads(factory[key])
+    stats = {k.removeprefix("stats."): int(v) for k, v in list(factory.items()) if k.startswith("stats.")}
+    factory = {k: v for k, v in factory.items() if not k.startswith("stats.")}
+    return {
+        "snapshot_id": snapshot.snapshot_id,
+        "parent_id": snapshot.parent_snapshot_id,
+        "committed_at": datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC).isoformat(timespec="seconds"),
+        "operation": snapshot.summary.operation.value if snapshot.summary else None,
+        "refs": sorted(name for name, ref in table.metadata.refs.items() if ref.snapshot_id == snapshot.snapshot_id),
+        "added_records": int(summary.get("added-records", 0)),
+        "total_records": int(summary.get("total-records", 0)),
+        "factory": factory,
+        "stats": stats,
+    }
+
+
+def format_snapshots(table: Table) -> str:
+    snapshots = sorted(table.snapshots(), key=lambda s: s.timestamp_ms)
+    if not snapshots:
+        return f"{format_identifier(table.name()[1:])} has no snapshots yet"
+    blocks = []
+    for snapshot in snapshots:
+        rec = snapshot_record(table, snapshot)
+        refs = f"  [{', '.join(rec['refs'])}]" if rec["refs"] else ""
+        head = f"{rec['snapshot_id']}  {rec['committed_at']}  {rec['operation']}  +{rec['added_records']} records{refs}"
+        lines = [head]
+        factory = rec["factory"]
+        if factory:
+            lines.append(
+                f"    job {factory.get('job')}  run {factory.get('run-id')}  code {factory.get('code-version')}"
+            )
+            for entry in factory.get("inputs", []):
+                lines.append(f"    input {_describe_input(entry)}")
+            if rec["stats"]:
+                lines.append("    stats " + ", ".join(f"{k}={v}" for k, v in rec["stats"].items()))
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
+
+
+def _describe_input(entry: dict) -> str:
+    if "table" in entry:
+        return f"{entry['table']}@{entry['snapshot_id']}" + (f" (ref {entry['ref']})" if "ref" in entry else "")
+    return ", ".join(f"{k}={v}" for k, v in entry.items())
+
+
+def format_rows(table: Table, pinned: PinnedRef, n: int, *, as_json: bool) -> str:
+    if n < 0:
+        raise FactoryError("-n must be zero or more")
+    rows = table.scan(snapshot_id=pinned.snapshot_id, limit=n).to_arrow().slice(0, n).to_pylist()
+    if as_json:
+        return "\n".join(json.dumps(row, default=_json_default) for row in rows)
+    header = f"{pinned} ({len(rows)} row(s) shown)"
+    if not rows:
+        return header
+    columns = list(rows[0])
+    body = [tuple(columns)] + [tuple(_preview(row[c]) for c in columns) for row in rows]
+    return header + "\n" + _columns(body)
+
+
+def tag(table: Table, pinned: PinnedRef, name: str, *, force: bool = False) -> None:
+    """Point tag ``name`` at the pinned snapshot (moving it only with ``force``)."""
+    validate_ref_name(name)
+    existing = table.metadata.refs.get(name)
+    if existing is not None:
+        if existing.snapshot_ref_type != "tag":
+            raise InvalidIdentifierError(f"{name!r} is a branch of {pinned.table_name}, not a tag")
+        if existing.snapshot_id == pinned.snapshot_id:
+            return
+        if not force:
+            raise FactoryError(f"tag {name!r} already names snapshot {existing.snapshot_id}; use --force to move it")
+        table.manage_snapshots().remove_tag(name).create_tag(pinned.snapshot_id, name).commit()
+        return
+    table.manage_snapshots().create_tag(pinned.snapshot_id, name).commit()
+
+
+def _preview(value: object) -> str:
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", errors="replace")
+    text = "" if value is None else str(value)
+    text = text.replace("\n", "⏎").replace("\t", " ")
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
+def _json_default(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _columns(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows)

@@ -1,0 +1,40 @@
+"""``factory gc``: remove staged files of runs that never committed (commit protocol, step 5)."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+
+from pipelines.catalog import load_catalog
+from pipelines.commit import collect_garbage
+from pipelines.exceptions import InputError
+from pipelines.explore import list_tables
+from pipelines.refs import parse_identifier
+
+
+def add_arguments(parser: argparse.ArgumentParser, _name: str = "gc") -> None:
+    parser.add_argument("tables", nargs="*", metavar="NS.TABLE", help="tables to clean (default: all)")
+    parser.add_argument(
+        "--grace-hours",
+        type=float,
+        default=24.0,
+        help="leave files younger than this, which may belong to a run still writing (default: 24)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.grace_hours < 0:
+        raise InputError("--grace-hours must be zero or more")
+    catalog = load_catalog(args.catalog)
+    identifiers = [parse_identifier(t) for t in args.tables] or list_tables(catalog)
+    reports = collect_garbage(catalog, identifiers, grace=timedelta(hours=args.grace_hours), dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for report in reports:
+        for path in report.removed:
+            print(f"{verb} {path}")
+        recent = (
+            f", {report.kept_recent} unreferenced file(s) inside the grace period kept" if report.kept_recent else ""
+        )
+        print(f"{report.table}: {verb} {len(report.removed)} file(s){recent}")
+    return 0

@@ -1,0 +1,304 @@
+"""Ingest: raw records into a document table, refusals into quarantine.
+
+    spark-submit pipelines/ingest.py --source code --format files /src/repo --output raw.code
+    factory ingest --source web --format jsonl dump/*.jsonl.zst --output raw.web --id-field url
+
+Each input file is read by one Spark task in Python (so bad bytes are seen as they are, not
+replaced by Spark's text reader); records become rows of a document table or of the
+namespace's quarantine table, each with a reason. Both are committed by the commit protocol.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from pipelines.catalog import ensure_table, load_catalog
+from pipelines.commit import (
+    CommitResult,
+    Run,
+    commit_files,
+    find_run_snapshot,
+    runs_already_committed,
+    snapshot_stats,
+    summary_properties,
+)
+from pipelines.ingest_inputs import FORMATS, InputFile, discover, encode_group, plan_tasks, read_records
+from pipelines.ingest_records import PARSED_ARROW_SCHEMA, PARSED_SCHEMA, RecordConfig
+from pipelines.refs import format_identifier, parse_identifier
+from pipelines.schemas import (
+    DOCUMENT_COLUMNS,
+    DOCUMENT_SCHEMA,
+    QUARANTINE_RECORD_BYTES,
+    QUARANTINE_SCHEMA,
+    arrow_schema,
+    require_columns,
+)
+from pipelines.spark_session import get_spark, read_snapshot
+from pipelines.staging import TARGET_COLUMN, Target, write_staged
+
+log = logging.getLogger("factory.ingest")
+
+# Output files are sized from the input, never from the cluster, so the same input gives the
+# same files (rows hash-partitioned and sorted by doc_id) whatever the parallelism.
+OUTPUT_FILE_BYTES = 128 << 20
+# Rows per Arrow batch handed from a reading task to Spark, and the bytes that end one early.
+BATCH_ROWS, BATCH_BYTES = 512, 16 << 20
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    inputs: Sequence[str]
+    fmt: str
+    output: str
+    records: RecordConfig
+    quarantine: str | None = None  # default: <namespace of output>.quarantine
+    include: Sequence[str] = ()
+    exclude: Sequence[str] = ()
+    run_id: str | None = None
+
+    @property
+    def output_id(self) -> tuple[str, ...]:
+        return parse_identifier(self.output)
+
+    @property
+    def quarantine_id(self) -> tuple[str, ...]:
+        return parse_identifier(self.quarantine) if self.quarantine else (*self.output_id[:-1], "quarantine")
+
+    def params(self) -> dict[str, object]:
+        return {
+            "format": self.fmt,
+            "output": self.output,
+            "quarantine": format_identifier(self.quarantine_id),
+            "include": list(self.include),
+            "exclude": list(self.exclude),
+            "source": self.records.source,
+            "text_field": self.records.text_field,
+            "id_field": self.records.id_field,
+            "path_field": self.records.path_field,
+            "lang_field": self.records.lang_field,
+            "max_doc_bytes": self.records.max_doc_bytes,
+        }
+
+
+@dataclass
+class IngestResult:
+    run_id: str
+    documents: CommitResult | None
+    quarantine: CommitResult | None
+    stats: dict[str, int] = field(default_factory=dict)
+    already_committed: bool = False
+
+
+def ingest(spark: SparkSession, catalog: Catalog, opts: IngestOptions) -> IngestResult:
+    """Run one ingest and commit its documents and refusals."""
+    out_id, q_id = opts.output_id, opts.quarantine_id
+    files = discover(opts.inputs, opts.fmt, opts.include, opts.exclude)
+    total_bytes = sum(f.size for f in files)
+    run = Run(
+        job="ingest",
+        run_id=opts.run_id or Run.new_id("ingest"),
+        params=opts.params(),
+        inputs=[{"uri": uri, "files": n, "bytes": b} for uri, n, b in _summarise_inputs(opts.inputs, files)],
+    )
+    if runs_already_committed(catalog, [out_id, q_id], run.run_id):
+        log.info("run %s is already committed to %s; nothing to do", run.run_id, opts.output)
+        return _existing_result(catalog, run.run_id, out_id, q_id)
+
+    documents = ensure_table(catalog, out_id, DOCUMENT_SCHEMA)
+    require_columns(documents.schema(), DOCUMENT_COLUMNS, opts.output)
+    quarantine = ensure_table(catalog, q_id, QUARANTINE_SCHEMA)
+    log.info(
+        "ingest %s: %d input file(s) (%s), %.1f MB → %s (run %s)",
+        opts.records.source, len(files), opts.fmt, total_bytes / 1e6, opts.output, run.run_id,
+    )  # fmt: skip
+
+    parsed = _parse(spark, files, opts.fmt, opts.records)
+    n_out = max(1, math.ceil(total_bytes / OUTPUT_FILE_BYTES))
+    marked = _mark_duplicate_ids(spark, parsed.repartition(n_out, "doc_id"), documents, opts.output)
+    routed = (
+        marked.withColumn(TARGET_COLUMN, F.when(F.col("reason").isNull(), "documents").otherwise("quarantine"))
+        .withColumn("stage", F.lit("ingest"))
+        .withColumn("run_id", F.lit(run.run_id))
+        .sortWithinPartitions("doc_id", "origin", "ordinal")
+    )
+    outputs = write_staged(
+        routed,
+        {
+            "documents": Target.for_table(documents, run.staging_prefix(documents), arrow_schema(DOCUMENT_SCHEMA)),
+            "quarantine": Target.for_table(
+                quarantine, run.staging_prefix(quarantine), arrow_schema(QUARANTINE_SCHEMA), count_column="reason"
+            ),
+        },
+    )
+    kept, refused = outputs["documents"], outputs["quarantine"]
+    stats = {
+        "files": len(files),
+        "bytes-in": total_bytes,
+        "documents-in": kept.records + refused.records,
+        "kept": kept.records,
+        "quarantined": refused.records,
+        **{f"quarantined.{reason}": n for reason, n in sorted(refused.counts.items())},
+    }
+    doc_commit = commit_files(catalog, out_id, kept.files, run, stats)
+    q_commit = commit_files(catalog, q_id, refused.files, run, stats)
+    return IngestResult(run.run_id, doc_commit, q_commit, stats)
+
+
+def _parse(spark: SparkSession, files: Sequence[InputFile], fmt: str, cfg: RecordConfig) -> DataFrame:
+    """One Spark partition per group of files; each task reads its files in Python."""
+    groups = plan_tasks(files, spark.sparkContext.defaultParallelism)
+    specs = spark.sparkContext.parallelize([json.dumps(encode_group(g)) for g in groups], len(groups))
+    file_lists = spark.createDataFrame(specs.map(lambda s: (s,)), "files string")
+
+    def read_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for spec in batch.column("files").to_pylist():
+                yield from _batched(read_records(json.loads(spec), fmt, cfg))
+
+    return file_lists.mapInArrow(read_partition, PARSED_SCHEMA)
+
+
+def _batched(rows: Iterator[dict]) -> Iterator[pa.RecordBatch]:
+    schema = PARSED_ARROW_SCHEMA
+    buffer, size = [], 0
+    for row in rows:
+        buffer.append(row)
+        size += len(row["text"] or "") + len(row["record"] or b"")
+        if len(buffer) >= BATCH_ROWS or size >= BATCH_BYTES:
+            yield pa.RecordBatch.from_pylist(buffer, schema=schema)
+            buffer, size = [], 0
+    if buffer:
+        yield pa.RecordBatch.from_pylist(buffer, schema=schema)
+
+
+def _mark_duplicate_ids(spark: SparkSession, parsed: DataFrame, documents, label: str) -> DataFrame:
+    """Refuse a second record with the same doc_id (in this input or already in the table)."""
+    accepted = F.col("reason").isNull()
+    if documents.current_snapshot() is not None:
+        snapshot_id = documents.current_snapshot().snapshot_id
+        existing = (
+            read_snapshot(spark, documents, snapshot_id, label).select("doc_id").withColumn("_exists", F.lit(True))
+        )
+        parsed = parsed.join(existing, "doc_id", "left")
+        already = accepted & F.col("_exists").isNotNull()
+        parsed = parsed.withColumn("reason", F.when(already, "duplicate-id").otherwise(F.col("reason"))).withColumn(
+            "detail", F.when(already, f"id already in {label}@{snapshot_id}").otherwise(F.col("detail"))
+        )
+    # Accepted records first, then by where they came from: the first occurrence is kept.
+    order = Window.partitionBy("doc_id").orderBy(F.col("reason").isNotNull(), "origin", "ordinal")
+    repeat = accepted & (F.row_number().over(order) > 1)
+    first_path = F.first("path").over(order)
+    return parsed.withColumn("_repeat", repeat).select(
+        *[c for c in parsed.columns if c not in ("reason", "detail", "record", "_exists")],
+        F.when(F.col("_repeat"), "duplicate-id").otherwise(F.col("reason")).alias("reason"),
+        F.when(F.col("_repeat"), F.concat(F.lit("same id as "), first_path)).otherwise(F.col("detail")).alias("detail"),
+        F.when(F.col("_repeat"), F.substring(F.encode(F.col("text"), "UTF-8"), 1, QUARANTINE_RECORD_BYTES))
+        .otherwise(F.col("record"))
+        .alias("record"),
+    )
+
+
+def _summarise_inputs(paths: Sequence[str], files: Sequence[InputFile]) -> Iterator[tuple[str, int, int]]:
+    """Per input argument: its URI, how many files it gave and their bytes."""
+    for given in paths:
+        uri = given if "://" in given else Path(given).resolve().as_uri()
+        mine = [f for f in files if f.uri == uri or f.uri.startswith(uri.rstrip("/") + "/")]
+        yield uri, len(mine), sum(f.size for f in mine)
+
+
+def _existing_result(catalog: Catalog, run_id: str, out_id: tuple[str, ...], q_id: tuple[str, ...]) -> IngestResult:
+    commits = []
+    for identifier in (out_id, q_id):
+        snapshot = find_run_snapshot(catalog.load_table(identifier), run_id)
+        summary = summary_properties(snapshot)
+        records, files = int(summary.get("added-records", 0)), int(summary.get("added-data-files", 0))
+        commits.append(CommitResult(format_identifier(identifier), snapshot.snapshot_id, files, records, True))
+    return IngestResult(run_id, commits[0], commits[1], snapshot_stats(snapshot), already_committed=True)
+
+
+# --- command line ---------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser, _name: str = "ingest") -> None:
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="input files or folders (local or URI)")
+    parser.add_argument("--source", required=True, help="source name stored with each document, e.g. code, web")
+    parser.add_argument("--format", dest="fmt", required=True, choices=FORMATS, help="input format")
+    parser.add_argument("--output", required=True, metavar="NS.TABLE", help="document table to append to")
+    parser.add_argument(
+        "--quarantine", metavar="NS.TABLE", help="where refused records go (default: <namespace>.quarantine)"
+    )
+    parser.add_argument("--text-field", default="text", help="JSONL/Parquet field with the text (default: text)")
+    parser.add_argument("--id-field", help="field with a stable record id (default: the record's file and line)")
+    parser.add_argument("--path-field", help="field with the record's path or URL")
+    parser.add_argument("--lang-field", help="field with the record's language")
+    parser.add_argument(
+        "--max-doc-bytes", type=int, default=10 * 1024 * 1024, help="refuse larger documents (default: 10 MiB)"
+    )
+    parser.add_argument("--include", action="append", default=[], metavar="GLOB", help="only files matching")
+    parser.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="skip files matching")
+    parser.add_argument("--run-id", help="id of this logical run; re-running an id already committed is a no-op")
+
+
+def options_from_args(args: argparse.Namespace) -> IngestOptions:
+    records = RecordConfig(
+        source=args.source,
+        text_field=args.text_field,
+        id_field=args.id_field,
+        path_field=args.path_field,
+        lang_field=args.lang_field,
+        max_doc_bytes=args.max_doc_bytes,
+    )
+    return IngestOptions(
+        inputs=args.paths,
+        fmt=args.fmt,
+        output=args.output,
+        records=records,
+        quarantine=args.quarantine,
+        include=args.include,
+        exclude=args.exclude,
+        run_id=args.run_id,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = options_from_args(args)
+    catalog = load_catalog(args.catalog)
+    result = ingest(get_spark("factory-ingest"), catalog, opts)
+    print(format_result(result))
+    return 0
+
+
+def format_result(result: IngestResult) -> str:
+    s = result.stats
+    lines = [
+        f"run {result.run_id}" + (" (already committed: nothing done)" if result.already_committed else ""),
+        f"  {result.documents.table}@{result.documents.snapshot_id}: {s.get('kept', 0)} documents",
+        f"  {result.quarantine.table}@{result.quarantine.snapshot_id}: {s.get('quarantined', 0)} quarantined",
+        f"  records in: {s.get('documents-in', 0)} from {s.get('files', 0)} file(s), {s.get('bytes-in', 0) / 1e6:.1f} MB",
+    ]
+    reasons = {k.removeprefix("quarantined."): v for k, v in s.items() if k.startswith("quarantined.")}
+    if reasons:
+        lines.append("  quarantined by reason: " + ", ".join(f"{k}={v}" for k, v in sorted(reasons.items())))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from pipelines.cli import run_command
+
+    return run_command("ingest", sys.argv[1:] if argv is None else argv, prog="ingest.py")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

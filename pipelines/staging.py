@@ -1,0 +1,120 @@
+"""Step 1 and 2 of the commit protocol on Spark: tasks write Parquet, the driver learns which.
+
+Spark's own Parquet writer is not used because its output is found by listing a directory,
+which would pick up files of failed or speculative attempts. Here every task writes its own
+uniquely named files through pyiceberg's FileIO (local disk or object storage alike) and
+returns their paths as its result; Spark returns results only from the attempt that
+succeeded, so the driver's list is exactly the files to commit.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.table import Table
+from pyspark.sql import DataFrame
+
+from pipelines.commit import StagedFile
+
+TARGET_COLUMN = "_target"
+REPORT_SCHEMA = "target string, path string, records long, counts string"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One table a Spark stage writes to: where, with which Arrow schema, what to count."""
+
+    prefix: str
+    schema: pa.Schema
+    io_properties: Mapping[str, str]
+    count_column: str | None = None  # report the number of rows per value of this column
+
+    @classmethod
+    def for_table(cls, table: Table, prefix: str, schema: pa.Schema, count_column: str | None = None) -> Target:
+        # The catalog's own connection string is not needed to write files; keep it off the executors.
+        io_properties = {k: v for k, v in table.io.properties.items() if k != "uri"}
+        return cls(prefix, schema, io_properties, count_column)
+
+
+@dataclass
+class StagedOutput:
+    """What the tasks reported for one target."""
+
+    files: list[StagedFile]
+    counts: Counter[str]
+
+    @property
+    def records(self) -> int:
+        return sum(f.records for f in self.files)
+
+
+def write_staged(df: DataFrame, targets: Mapping[str, Target]) -> dict[str, StagedOutput]:
+    """Write each row of ``df`` to the target named in its ``_target`` column.
+
+    Returns, per target, the files the successful tasks wrote and the row counts per value of
+    the target's ``count_column``. Each Spark partition becomes at most one file per target,
+    with rows in the partition's order.
+    """
+    targets = dict(targets)
+
+    def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield from _write_partition(batches, targets)
+
+    rows = df.mapInArrow(write_partition, REPORT_SCHEMA).collect()
+    outputs = {name: StagedOutput([], Counter()) for name in targets}
+    for row in sorted(rows, key=lambda r: r.path):
+        out = outputs[row.target]
+        out.files.append(StagedFile(row.path, row.records))
+        out.counts.update(json.loads(row.counts))
+    return outputs
+
+
+def _write_partition(batches: Iterator[pa.RecordBatch], targets: Mapping[str, Target]) -> Iterator[pa.RecordBatch]:
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+    from pyspark import TaskContext
+
+    from pipelines.faults import maybe_fail
+
+    ctx = TaskContext.get()
+    tag = f"{ctx.partitionId():05d}-{ctx.attemptNumber()}" if ctx else "00000-0"
+    open_files: dict[str, tuple[object, pq.ParquetWriter, str]] = {}
+    records: Counter[str] = Counter()
+    counts: dict[str, Counter[str]] = {name: Counter() for name in targets}
+    try:
+        for batch in batches:
+            routed = batch.column(TARGET_COLUMN)
+            for name, target in targets.items():
+                part = pa.Table.from_batches([batch]).filter(pc.equal(routed, name))
+                if part.num_rows == 0:
+                    continue
+                part = part.select(target.schema.names).cast(target.schema)
+                if name not in open_files:
+                    path = f"{target.prefix}/part-{tag}-{uuid.uuid4().hex[:8]}.parquet"
+                    stream = PyArrowFileIO(dict(target.io_properties)).new_output(path).create()
+                    writer = pq.ParquetWriter(stream, target.schema, compression="zstd")
+                    open_files[name] = (stream, writer, path)
+                open_files[name][1].write_table(part)
+                records[name] += part.num_rows
+                if target.count_column:
+                    values = part.column(target.count_column).to_pylist()
+                    counts[name].update(str(v) for v in values)
+        maybe_fail("task-after-write")
+    finally:
+        for stream, writer, _ in open_files.values():
+            writer.close()
+            stream.close()
+    for name, (_, _, path) in open_files.items():
+        report = {
+            "target": name,
+            "path": path,
+            "records": records[name],
+            "counts": json.dumps(counts[name]),
+        }
+        yield pa.RecordBatch.from_pylist([report])
