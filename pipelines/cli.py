@@ -15,6 +15,7 @@ from pipelines.exceptions import FactoryError
 # name → (module, one-line help). Order is the order `factory --help` lists them in.
 COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("pipelines.ingest", "raw records (JSONL, Parquet, source trees) into a document table"),
+    "dedup": ("pipelines.dedup", "exact and MinHash-LSH near-duplicate removal over pinned document tables"),
     "tables": ("pipelines.explore", "list tables with their current snapshot and size"),
     "snapshots": ("pipelines.explore", "list a table's snapshots with how each was made"),
     "show": ("pipelines.explore", "print the first rows of a table or pinned snapshot"),

@@ -171,6 +171,20 @@ def commit_files(
     )
 
 
+def existing_commits(
+    catalog: Catalog, identifiers: Sequence[tuple[str, ...]], run_id: str
+) -> tuple[list[CommitResult], dict[str, int]]:
+    """What run ``run_id`` committed to each table (all of which hold it), and the stats it recorded."""
+    commits, stats = [], {}
+    for identifier in identifiers:
+        snapshot = find_run_snapshot(load_table(catalog, identifier), run_id)
+        summary = summary_properties(snapshot)
+        records, files = int(summary.get("added-records", 0)), int(summary.get("added-data-files", 0))
+        commits.append(CommitResult(format_identifier(identifier), snapshot.snapshot_id, files, records, True))
+        stats = snapshot_stats(snapshot)
+    return commits, stats
+
+
 def runs_already_committed(catalog: Catalog, identifiers: Iterable[tuple[str, ...]], run_id: str) -> bool:
     """True when every table already holds a snapshot of ``run_id`` (a re-run is then a no-op)."""
     for identifier in identifiers:

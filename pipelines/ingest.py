@@ -25,15 +25,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from pipelines.catalog import ensure_table, load_catalog
-from pipelines.commit import (
-    CommitResult,
-    Run,
-    commit_files,
-    find_run_snapshot,
-    runs_already_committed,
-    snapshot_stats,
-    summary_properties,
-)
+from pipelines.commit import CommitResult, Run, commit_files, existing_commits, runs_already_committed
 from pipelines.ingest_inputs import FORMATS, InputFile, discover, encode_group, plan_tasks, read_records
 from pipelines.ingest_records import PARSED_ARROW_SCHEMA, PARSED_SCHEMA, RecordConfig
 from pipelines.refs import format_identifier, parse_identifier
@@ -219,13 +211,8 @@ def _summarise_inputs(paths: Sequence[str], files: Sequence[InputFile]) -> Itera
 
 
 def _existing_result(catalog: Catalog, run_id: str, out_id: tuple[str, ...], q_id: tuple[str, ...]) -> IngestResult:
-    commits = []
-    for identifier in (out_id, q_id):
-        snapshot = find_run_snapshot(catalog.load_table(identifier), run_id)
-        summary = summary_properties(snapshot)
-        records, files = int(summary.get("added-records", 0)), int(summary.get("added-data-files", 0))
-        commits.append(CommitResult(format_identifier(identifier), snapshot.snapshot_id, files, records, True))
-    return IngestResult(run_id, commits[0], commits[1], snapshot_stats(snapshot), already_committed=True)
+    (documents, quarantine), stats = existing_commits(catalog, [out_id, q_id], run_id)
+    return IngestResult(run_id, documents, quarantine, stats, already_committed=True)
 
 
 # --- command line ---------------------------------------------------------------------------

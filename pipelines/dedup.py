@@ -1,0 +1,584 @@
+"""Dedup: exact and MinHash-LSH near-duplicate removal over pinned document tables.
+
+    spark-submit pipelines/dedup.py --input raw.code --output dedup.code
+    factory dedup --input raw.web@2024-06 raw.web2 --output dedup.web --threshold 0.8
+    factory dedup --input raw.code@new --against dedup.code@published --output dedup.code_new
+
+Stages (each a plain function of ``dedup_stages``, ``minhash``, ``shingles`` run by Spark):
+
+1. features: every document's exact key (hash of its normalised text), length, shingle count,
+   MinHash signature and LSH band hashes, computed in ``mapInArrow`` tasks over Arrow batches;
+2. exact duplicates: documents with the same exact key; the group's smallest key stands for it;
+3. candidates: documents sharing a band hash, linked as a star to the bucket's smallest
+   document (linear in the bucket, never all its pairs); documents with fewer than
+   ``min_shingles`` shingles have no bands and are deduplicated exactly only;
+4. verification (``--verify``, default): each candidate pair's exact Jaccard similarity, from
+   both texts; pairs under the threshold are dropped, so false positives cannot chain clusters;
+5. clusters: connected components of the verified pairs (``components.py``, in Spark);
+6. the kept document of each cluster: the longest text, then the smallest ``doc_id``; with
+   ``--against``, a cluster that holds a reference document keeps none of the input's.
+
+Outputs, both by the commit protocol: the kept documents (input columns plus ``cluster_id``)
+and the clusters table (every input document: its cluster, whether it was kept, what it
+duplicates, how it matched, and the similarity that justified it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.types import BooleanType, DoubleType, LongType, NestedField, StringType
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from pipelines.catalog import ensure_table, load_catalog, resolve
+from pipelines.commit import CommitResult, Run, commit_files, existing_commits, runs_already_committed
+from pipelines.components import connected_components
+from pipelines.dedup_stages import (
+    FEATURES_SCHEMA,
+    VERIFIED_FN_WEIGHT,
+    DedupConfig,
+    compare_pairs,
+    document_features,
+)
+from pipelines.exceptions import InputError
+from pipelines.minhash import MinHashConfig
+from pipelines.refs import PinnedRef, format_identifier, parse_identifier
+from pipelines.schemas import DOCUMENT_COLUMNS, arrow_schema, require_columns
+from pipelines.shingles import UNITS, ShingleConfig
+from pipelines.spark_session import get_spark, read_snapshot
+from pipelines.staging import TARGET_COLUMN, Target, write_staged
+
+log = logging.getLogger("factory.dedup")
+
+# As ingest: output files are sized from the data, never from the cluster, so the same input
+# gives the same files (rows hash-partitioned and sorted by doc_id) whatever the parallelism.
+OUTPUT_FILE_BYTES = 128 << 20
+CLUSTER_ROWS_PER_FILE = 4_000_000
+# Key sets up to this size are broadcast to filter big tables without shuffling them.
+BROADCAST_KEYS = 2_000_000
+
+# Internal document key: the side ("0" reference, "1" input) then doc_id. Reference documents
+# sort first, so a cluster's smallest key tells whether it holds published data; input and
+# reference may share doc_ids (the same record, already published).
+REFERENCE, INPUT = "0", "1"
+
+CLUSTERS_SCHEMA = Schema(
+    NestedField(1, "doc_id", StringType(), required=True),
+    NestedField(2, "cluster_id", StringType(), required=True, doc="smallest input doc_id of the cluster"),
+    NestedField(3, "kept", BooleanType(), required=True, doc="this document is in the output"),
+    NestedField(4, "cluster_size", LongType(), required=True, doc="input documents in the cluster"),
+    NestedField(5, "duplicate_of", StringType(), required=False, doc="doc_id of the cluster's kept document"),
+    NestedField(6, "against", BooleanType(), required=True, doc="duplicate_of is in the --against snapshot"),
+    NestedField(7, "match", StringType(), required=False, doc="exact (same normalised text) or near; null if kept"),
+    NestedField(8, "similarity", DoubleType(), required=False, doc="Jaccard to duplicate_of estimated by MinHash"),
+    NestedField(9, "jaccard", DoubleType(), required=False, doc="exact Jaccard to duplicate_of (with --verify)"),
+)
+
+
+@dataclass(frozen=True)
+class DedupOptions:
+    inputs: Sequence[str]
+    output: str
+    clusters: str | None = None  # default: <output>_clusters
+    against: str | None = None  # a published snapshot: input documents that duplicate it are removed
+    config: DedupConfig = field(default_factory=DedupConfig)
+    run_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.inputs:
+            raise InputError("dedup needs at least one --input table")
+
+    @property
+    def output_id(self) -> tuple[str, ...]:
+        return parse_identifier(self.output)
+
+    @property
+    def clusters_id(self) -> tuple[str, ...]:
+        if self.clusters:
+            return parse_identifier(self.clusters)
+        *namespace, name = self.output_id
+        return (*namespace, f"{name}_clusters")
+
+    def params(self) -> dict[str, object]:
+        return {
+            "output": self.output,
+            "clusters": format_identifier(self.clusters_id),
+            "against": self.against,
+            **self.config.params(),
+        }
+
+
+@dataclass
+class DedupResult:
+    run_id: str
+    documents: CommitResult
+    clusters: CommitResult
+    stats: dict[str, int] = field(default_factory=dict)
+    already_committed: bool = False
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    tables: list[Table]
+    pinned: list[PinnedRef]
+    schema: Schema
+    reference: tuple[Table, PinnedRef] | None
+
+
+def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupResult:
+    """Run one dedup and commit its kept documents and its clusters table."""
+    inputs = _resolve_inputs(catalog, opts)
+    out_id, clusters_id = opts.output_id, opts.clusters_id
+    if clusters_id == out_id or clusters_id in [p.identifier for p in inputs.pinned]:
+        raise InputError(f"the clusters table {format_identifier(clusters_id)} must differ from the input and output")
+    run_inputs = [p.as_input() for p in inputs.pinned]
+    if inputs.reference:
+        run_inputs.append({**inputs.reference[1].as_input(), "role": "against"})
+    run = Run(job="dedup", run_id=opts.run_id or Run.new_id("dedup"), params=opts.params(), inputs=run_inputs)
+    if runs_already_committed(catalog, [clusters_id, out_id], run.run_id):
+        log.info("run %s is already committed to %s; nothing to do", run.run_id, opts.output)
+        return _existing_result(catalog, run.run_id, out_id, clusters_id)
+
+    out_schema = _output_schema(inputs.schema)
+    documents = ensure_table(catalog, out_id, out_schema)
+    require_columns(documents.schema(), tuple(f.name for f in out_schema.fields), opts.output)
+    clusters = ensure_table(catalog, clusters_id, CLUSTERS_SCHEMA)
+    bands, rows = opts.config.minhash.band_rows
+    log.info(
+        "dedup %s → %s (threshold %.2f, %d perms as %d bands × %d rows, %s %d-grams, verify=%s, run %s)",
+        ", ".join(map(str, inputs.pinned)), opts.output, opts.config.minhash.threshold, opts.config.minhash.num_perm,
+        bands, rows, opts.config.shingles.unit, opts.config.shingles.n, opts.config.verify, run.run_id,
+    )  # fmt: skip
+
+    docs = _read_inputs(spark, inputs)
+    _refuse_colliding_ids(docs, inputs)
+    texts = docs.select("_key", "text")
+    if inputs.reference:
+        table, pinned = inputs.reference
+        ref = read_snapshot(spark, table, pinned.snapshot_id, pinned.table_name)
+        texts = texts.unionByName(ref.select(F.concat(F.lit(REFERENCE), "doc_id").alias("_key"), "text"))
+
+    work = _Work(spark, opts.config, texts)
+    try:
+        decided, stats = work.run()
+        n_docs = max(1, math.ceil(stats.pop("kept-bytes") / OUTPUT_FILE_BYTES))
+        n_rows = max(1, math.ceil(stats["documents-in"] / CLUSTER_ROWS_PER_FILE))
+        cluster_rows = work.cluster_rows(decided).repartition(n_rows, "doc_id").sortWithinPartitions("doc_id")
+        staged_clusters = _write(cluster_rows, clusters, run, CLUSTERS_SCHEMA)
+        kept = _kept_documents(docs, decided, inputs.schema, n_docs)
+        staged_docs = _write(kept, documents, run, out_schema)
+    finally:
+        work.release()
+    clusters_commit = commit_files(catalog, clusters_id, staged_clusters.files, run, stats)
+    docs_commit = commit_files(catalog, out_id, staged_docs.files, run, stats)
+    return DedupResult(run.run_id, docs_commit, clusters_commit, stats)
+
+
+class _Work:
+    """The Spark plan of one dedup run; holds what it persists so it can release it."""
+
+    def __init__(self, spark: SparkSession, cfg: DedupConfig, texts: DataFrame):
+        self.spark, self.cfg, self.texts = spark, cfg, texts
+        self._persisted: list[DataFrame] = []
+
+    def run(self) -> tuple[DataFrame, dict[str, int]]:
+        clock = _Clock()
+        self.features = features = self._keep(_features(self.texts, self.cfg))
+        log.info("features of %d document(s) in %.1fs", features.count(), clock.lap())
+        exact = self._keep(
+            features.select("_key", "_exact", "_length", "_bands").withColumn(
+                "_rep", F.min("_key").over(Window.partitionBy("_exact"))
+            )
+        )
+        candidates = self._keep(_candidates(exact))
+        n_candidates = candidates.count()
+        log.info("%d candidate pair(s) from LSH buckets in %.1fs", n_candidates, clock.lap())
+        edges = self._keep(self._verify(candidates)) if self.cfg.verify else candidates
+        n_edges = edges.count()
+        if self.cfg.verify:
+            log.info("%d pair(s) verified at Jaccard ≥ %s in %.1fs", n_edges, self.cfg.minhash.threshold, clock.lap())
+        roots = self._keep(connected_components(edges, "a", "b"))
+        log.info("%d clustered document(s) in %.1fs", roots.count(), clock.lap())
+        decided = self._keep(_decide(exact, roots))
+        stats = _stats(decided, features, n_candidates, n_edges)
+        log.info("decided in %.1fs: %s", clock.lap(), stats)
+        return decided, stats
+
+    def cluster_rows(self, decided: DataFrame) -> DataFrame:
+        """One row per input document for the clusters table, with the similarity that justified it."""
+        near = decided.where(F.col("match") == "near").select("_key", "_keeper")
+        similarity = self._near_similarities(near)
+        return (
+            decided.join(similarity, "_key", "left")
+            .withColumn("similarity", F.when(F.col("match") == "exact", 1.0).otherwise(F.col("similarity")))
+            .withColumn(
+                "jaccard",
+                F.when(F.col("match") == "exact", 1.0).otherwise(F.col("jaccard") if self.cfg.verify else F.lit(None)),
+            )
+            .select(*[f.name for f in CLUSTERS_SCHEMA.fields])
+        )
+
+    def _verify(self, candidates: DataFrame) -> DataFrame:
+        """Candidate pairs whose exact Jaccard similarity reaches the threshold, with it."""
+        pairs = self._attach(candidates, "a", "b", text=True)
+        cfg, threshold = self.cfg, self.cfg.minhash.threshold
+
+        def verify(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                sims = compare_pairs(cfg, batch.column("a_text"), batch.column("b_text"))["jaccard"]
+                hit = sims >= threshold
+                yield pa.RecordBatch.from_arrays(
+                    [batch.column("a").filter(hit), batch.column("b").filter(hit), pa.array(sims[hit])],
+                    names=["a", "b", "jaccard"],
+                )
+
+        return pairs.mapInArrow(verify, "a string, b string, jaccard double")
+
+    def _near_similarities(self, near: DataFrame) -> DataFrame:
+        """For each near duplicate: similarity to its kept document, estimated and (with verify) exact."""
+        pairs = self._attach(near, "_key", "_keeper", text=self.cfg.verify, signature=True)
+        cfg = self.cfg
+
+        def compare(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                texts = (batch.column("_key_text"), batch.column("_keeper_text")) if cfg.verify else (None, None)
+                sims = compare_pairs(cfg, *texts, batch.column("_key_signature"), batch.column("_keeper_signature"))
+                jaccard = pa.array(sims["jaccard"]) if cfg.verify else pa.nulls(batch.num_rows, pa.float64())
+                yield pa.RecordBatch.from_arrays(
+                    [batch.column("_key"), pa.array(sims["estimate"]), jaccard], names=["_key", "similarity", "jaccard"]
+                )
+
+        return pairs.mapInArrow(compare, "_key string, similarity double, jaccard double")
+
+    def _attach(self, pairs: DataFrame, left: str, right: str, *, text: bool, signature: bool = False) -> DataFrame:
+        """``pairs`` with the text and/or signature of both sides, read only for the documents named."""
+        nodes = pairs.select(F.col(left).alias("_key")).union(pairs.select(F.col(right).alias("_key"))).distinct()
+        nodes = self._keep(nodes)
+        sources = []
+        if text:
+            sources.append(self.texts.select("_key", F.col("text").alias("_text")))
+        if signature:
+            sources.append(self.features.select("_key", F.col("_signature").alias("_signature")))
+        for source in sources:
+            column = next(c for c in source.columns if c != "_key")
+            wanted = _semi_join(source, nodes, "_key")
+            for side in (left, right):
+                pairs = pairs.join(
+                    wanted.select(F.col("_key").alias(side), F.col(column).alias(f"{side}{column}")), side
+                )
+        return pairs
+
+    def _keep(self, df: DataFrame) -> DataFrame:
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        self._persisted.append(df)
+        return df
+
+    def release(self) -> None:
+        for df in self._persisted:
+            df.unpersist()
+        self._persisted.clear()
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+
+    def lap(self) -> float:
+        """Seconds since the previous lap."""
+        now = time.monotonic()
+        elapsed, self.last = now - self.last, now
+        return elapsed
+
+
+def _features(texts: DataFrame, cfg: DedupConfig) -> DataFrame:
+    def features(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield document_features(batch.column("_key"), batch.column("text"), cfg)
+
+    return texts.mapInArrow(features, FEATURES_SCHEMA)
+
+
+def _candidates(exact: DataFrame) -> DataFrame:
+    """Pairs (bucket minimum, member) of exact-group representatives sharing a band hash."""
+    bands = exact.where((F.col("_key") == F.col("_rep")) & F.col("_bands").isNotNull()).select(
+        "_key", F.posexplode("_bands").alias("_band", "_hash")
+    )
+    # A star to the bucket's smallest member: a bucket of k documents gives k-1 pairs, not k².
+    smallest = F.min("_key").over(Window.partitionBy("_band", "_hash"))
+    return (
+        bands.withColumn("_min", smallest)
+        .where(F.col("_key") != F.col("_min"))
+        .select(F.col("_min").alias("a"), F.col("_key").alias("b"))
+        .distinct()
+    )
+
+
+def _decide(exact: DataFrame, roots: DataFrame) -> DataFrame:
+    """Each input document's cluster, kept flag, kept document, and how it matched."""
+    is_input = F.col("_key").startswith(INPUT)
+    doc_id = F.expr("substring(_key, 2)")
+    clustered = exact.join(
+        roots.select(F.col("node").alias("_rep"), F.col("component").alias("_root")), "_rep", "left"
+    ).withColumn("_root", F.coalesce("_root", "_rep"))
+    cluster = Window.partitionBy("_root")
+    # The rule that picks the kept document depends on the data alone: reference documents
+    # first, then the longest text, then the smallest key.
+    best = cluster.orderBy(F.col("_key").substr(1, 1), F.col("_length").desc(), "_key").rowsBetween(
+        Window.unboundedPreceding, Window.unboundedFollowing
+    )
+    decided = (
+        clustered.withColumn("_keeper", F.first("_key").over(best))
+        .withColumn("_keeper_exact", F.first("_exact").over(best))
+        .withColumn("cluster_id", F.min(F.when(is_input, doc_id)).over(cluster))
+        .withColumn("cluster_size", F.count(F.when(is_input, 1)).over(cluster))
+        .where(is_input)
+    )
+    kept = F.col("_key") == F.col("_keeper")
+    return decided.select(
+        "_key",
+        doc_id.alias("doc_id"),
+        "cluster_id",
+        kept.alias("kept"),
+        "cluster_size",
+        F.when(~kept, F.expr("substring(_keeper, 2)")).alias("duplicate_of"),
+        (~kept & F.col("_keeper").startswith(REFERENCE)).alias("against"),
+        F.when(kept, F.lit(None))
+        .when(F.col("_exact") == F.col("_keeper_exact"), "exact")
+        .otherwise("near")
+        .alias("match"),
+        "_keeper",
+        "_length",
+    )
+
+
+def _stats(decided: DataFrame, features: DataFrame, candidates: int, verified: int) -> dict[str, int]:
+    row = decided.agg(
+        F.count("*").alias("documents-in"),
+        F.count(F.when(F.col("kept"), 1)).alias("kept"),
+        F.count(F.when(F.col("match") == "exact", 1)).alias("exact-duplicates"),
+        F.count(F.when(F.col("match") == "near", 1)).alias("near-duplicates"),
+        F.count(F.when(F.col("against"), 1)).alias("against-duplicates"),
+        F.countDistinct(F.when((F.col("cluster_size") > 1) | F.col("against"), F.col("cluster_id"))).alias("clusters"),
+        F.coalesce(F.max("cluster_size"), F.lit(0)).alias("largest-cluster"),
+        F.coalesce(F.sum(F.when(F.col("kept"), F.col("_length"))), F.lit(0)).alias("kept-bytes"),
+    ).first()
+    short = features.where(F.col("_key").startswith(INPUT) & F.col("_signature").isNull()).count()
+    stats = {name: int(row[name]) for name in row.asDict()}
+    stats.update({"short-documents": short, "candidate-pairs": candidates, "verified-pairs": verified})
+    return stats
+
+
+def _kept_documents(docs: DataFrame, decided: DataFrame, schema: Schema, partitions: int) -> DataFrame:
+    """The kept input documents with their cluster_id, hash-partitioned and sorted by doc_id."""
+    kept = decided.where("kept").select("doc_id", "cluster_id").repartition(partitions, "doc_id")
+    columns = [f.name for f in schema.fields]
+    return (
+        docs.select(*columns)
+        .repartition(partitions, "doc_id")
+        .join(kept, "doc_id")  # both sides partitioned alike: the documents are shuffled once
+        .select(*columns, "cluster_id")
+        .sortWithinPartitions("doc_id")
+    )
+
+
+def _write(df: DataFrame, table: Table, run: Run, schema: Schema):
+    target = Target.for_table(table, run.staging_prefix(table), arrow_schema(schema))
+    return write_staged(df.withColumn(TARGET_COLUMN, F.lit("out")), {"out": target})["out"]
+
+
+def _semi_join(big: DataFrame, keys: DataFrame, column: str) -> DataFrame:
+    """Rows of ``big`` whose ``column`` is in ``keys``: a broadcast filter when the keys are few."""
+    if keys.count() <= BROADCAST_KEYS:
+        keys = F.broadcast(keys)
+    return big.join(keys, column, "left_semi")
+
+
+def _resolve_inputs(catalog: Catalog, opts: DedupOptions) -> _Inputs:
+    tables, pinned = [], []
+    for text in opts.inputs:
+        table, ref = resolve(catalog, text)
+        require_columns(table.schema(), DOCUMENT_COLUMNS, text)
+        tables.append(table)
+        pinned.append(ref)
+    if len({p.identifier for p in pinned}) != len(pinned):
+        raise InputError("the same table is given twice as --input; give each input table once")
+    schemas = [_snapshot_schema(t, p.snapshot_id) for t, p in zip(tables, pinned, strict=True)]
+    first = _columns(schemas[0])
+    for ref, schema in zip(opts.inputs[1:], schemas[1:], strict=True):
+        if _columns(schema) != first:
+            raise InputError(
+                f"{ref} has other columns than {opts.inputs[0]} ({_describe(schema)} vs {_describe(schemas[0])}); "
+                "inputs deduplicated together must have the same columns"
+            )
+    reference = None
+    if opts.against:
+        table, ref = resolve(catalog, opts.against)
+        require_columns(table.schema(), ("doc_id", "text"), opts.against)
+        reference = (table, ref)
+    return _Inputs(tables, pinned, schemas[0], reference)
+
+
+def _snapshot_schema(table: Table, snapshot_id: int) -> Schema:
+    snapshot = table.snapshot_by_id(snapshot_id)
+    return table.schemas().get(snapshot.schema_id, table.schema()) if snapshot else table.schema()
+
+
+def _columns(schema: Schema) -> list[tuple[str, str]]:
+    return [(f.name, str(f.field_type)) for f in schema.fields]
+
+
+def _describe(schema: Schema) -> str:
+    return ", ".join(f"{name} {kind}" for name, kind in _columns(schema))
+
+
+def _output_schema(input_schema: Schema) -> Schema:
+    """The input's columns (fresh field ids) plus ``cluster_id``."""
+    fields = [
+        NestedField(i, f.name, f.field_type, required=f.required, doc=f.doc)
+        for i, f in enumerate(input_schema.fields, start=1)
+    ]
+    if "cluster_id" in {f.name for f in fields}:
+        raise InputError("the input already has a cluster_id column; deduplicate the raw documents instead")
+    fields.append(NestedField(len(fields) + 1, "cluster_id", StringType(), required=True, doc="dedup cluster"))
+    return Schema(*fields)
+
+
+def _read_inputs(spark: SparkSession, inputs: _Inputs) -> DataFrame:
+    frames = [
+        read_snapshot(spark, table, pinned.snapshot_id, pinned.table_name)
+        for table, pinned in zip(inputs.tables, inputs.pinned, strict=True)
+    ]
+    docs = frames[0]
+    for frame in frames[1:]:
+        docs = docs.unionByName(frame)
+    return docs.withColumn("_key", F.concat(F.lit(INPUT), "doc_id"))
+
+
+def _refuse_colliding_ids(docs: DataFrame, inputs: _Inputs) -> None:
+    """doc_ids must be unique across the inputs: the output keeps them as its unique ids."""
+    repeated = docs.groupBy("doc_id").count().where(F.col("count") > 1)
+    examples = [row.doc_id for row in repeated.limit(3).collect()]
+    if examples:
+        names = ", ".join(map(str, inputs.pinned))
+        raise InputError(
+            f"doc_id {examples[0]!r} (and maybe others: {', '.join(map(repr, examples[1:])) or 'none shown'}) "
+            f"occurs more than once across the inputs ({names}); doc_ids must be unique across the tables "
+            "deduplicated together. Ingest the sources into one table (ingest refuses repeated ids), "
+            "or deduplicate them in separate runs and use --against."
+        )
+
+
+def _existing_result(
+    catalog: Catalog, run_id: str, out_id: tuple[str, ...], clusters_id: tuple[str, ...]
+) -> DedupResult:
+    (documents, clusters), stats = existing_commits(catalog, [out_id, clusters_id], run_id)
+    return DedupResult(run_id, documents, clusters, stats, already_committed=True)
+
+
+# --- command line ---------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser, _name: str = "dedup") -> None:
+    parser.add_argument(
+        "--input", dest="inputs", required=True, nargs="+", action="extend", metavar="REF",
+        help="document table(s) to deduplicate together: NS.TABLE or NS.TABLE@REF (repeatable)",
+    )  # fmt: skip
+    parser.add_argument("--output", required=True, metavar="NS.TABLE", help="table for the kept documents")
+    parser.add_argument("--clusters", metavar="NS.TABLE", help="table for the clusters (default: <output>_clusters)")
+    parser.add_argument(
+        "--against", metavar="REF", help="a published snapshot: remove input documents that duplicate any of it"
+    )
+    parser.add_argument("--threshold", type=float, default=0.8, help="Jaccard similarity of duplicates (default 0.8)")
+    parser.add_argument("--num-perm", type=int, default=128, help="MinHash hash functions (default 128)")
+    parser.add_argument("--bands", type=int, help="LSH bands (default: chosen from --threshold and --num-perm)")
+    parser.add_argument("--rows", type=int, help="LSH rows per band (with --bands)")
+    parser.add_argument("--ngram", type=int, default=5, help="tokens (or characters) per shingle (default 5)")
+    parser.add_argument("--shingle", choices=UNITS, default="word", help="word n-grams (default) or character n-grams")
+    parser.add_argument(
+        "--min-shingles", type=int, default=5,
+        help="documents with fewer distinct shingles are deduplicated exactly only (default 5)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--fn-weight", type=float,
+        help="weight of false negatives against false positives when choosing bands × rows "
+        f"(default {VERIFIED_FN_WEIGHT} with --verify, 0.5 without, as datasketch)",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, default=1, help="seed of the MinHash functions (default 1)")
+    parser.add_argument(
+        "--verify", action=argparse.BooleanOptionalAction, default=True,
+        help="check candidate pairs with exact Jaccard before clustering (default: on)",
+    )  # fmt: skip
+    parser.add_argument("--run-id", help="id of this logical run; re-running an id already committed is a no-op")
+
+
+def options_from_args(args: argparse.Namespace) -> DedupOptions:
+    config = DedupConfig(
+        shingles=ShingleConfig(unit=args.shingle, n=args.ngram, min_shingles=args.min_shingles),
+        minhash=MinHashConfig(
+            threshold=args.threshold,
+            num_perm=args.num_perm,
+            bands=args.bands,
+            rows=args.rows,
+            seed=args.seed,
+            fn_weight=args.fn_weight if args.fn_weight is not None else (VERIFIED_FN_WEIGHT if args.verify else 0.5),
+        ),
+        verify=args.verify,
+    )
+    return DedupOptions(
+        inputs=args.inputs,
+        output=args.output,
+        clusters=args.clusters,
+        against=args.against,
+        config=config,
+        run_id=args.run_id,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = options_from_args(args)
+    catalog = load_catalog(args.catalog)
+    result = dedup(get_spark("factory-dedup"), catalog, opts)
+    print(format_result(result))
+    return 0
+
+
+def format_result(result: DedupResult) -> str:
+    s = result.stats
+    lines = [
+        f"run {result.run_id}" + (" (already committed: nothing done)" if result.already_committed else ""),
+        f"  {result.documents.table}@{result.documents.snapshot_id}: kept {s.get('kept', 0)} of "
+        f"{s.get('documents-in', 0)} documents",
+        f"  {result.clusters.table}@{result.clusters.snapshot_id}: {s.get('clusters', 0)} duplicate cluster(s), "
+        f"largest {s.get('largest-cluster', 0)}",
+        f"  removed: {s.get('exact-duplicates', 0)} exact and {s.get('near-duplicates', 0)} near duplicate(s)"
+        + (
+            f", {s['against-duplicates']} of them already in the --against snapshot"
+            if s.get("against-duplicates")
+            else ""
+        ),
+        f"  candidate pairs {s.get('candidate-pairs', 0)}, verified {s.get('verified-pairs', 0)}; "
+        f"{s.get('short-documents', 0)} document(s) too short for near dedup (exact only)",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from pipelines.cli import run_command
+
+    return run_command("dedup", sys.argv[1:] if argv is None else argv, prog="dedup.py")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
