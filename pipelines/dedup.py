@@ -6,8 +6,9 @@
 
 Stages (each a plain function of ``dedup_stages``, ``minhash``, ``shingles`` run by Spark):
 
-1. features: every document's exact key (hash of its normalised text), length, shingle count,
-   MinHash signature and LSH band hashes, computed in ``mapInArrow`` tasks over Arrow batches;
+1. features: every document's exact key (hash of its normalised text), length, shingle count
+   and the LSH band hashes of its MinHash signature, computed in ``mapInArrow`` tasks over
+   Arrow batches (only these small rows are shuffled afterwards, never the texts);
 2. exact duplicates: documents with the same exact key; the group's smallest key stands for it;
 3. candidates: documents sharing a band hash, linked as a star to the bucket's smallest
    document (linear in the bucket, never all its pairs); documents with fewer than
@@ -66,8 +67,10 @@ log = logging.getLogger("factory.dedup")
 # gives the same files (rows hash-partitioned and sorted by doc_id) whatever the parallelism.
 OUTPUT_FILE_BYTES = 128 << 20
 CLUSTER_ROWS_PER_FILE = 4_000_000
-# Key sets up to this size are broadcast to filter big tables without shuffling them.
+# Key sets up to this size are broadcast to filter big tables without shuffling them, and the
+# texts of compared documents up to this many bytes are broadcast rather than shuffled.
 BROADCAST_KEYS = 2_000_000
+BROADCAST_TEXT_BYTES = 64 << 20
 
 # Internal document key: the side ("0" reference, "1" input) then doc_id. Reference documents
 # sort first, so a cluster's smallest key tells whether it holds published data; input and
@@ -141,16 +144,14 @@ def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupRes
     """Run one dedup and commit its kept documents and its clusters table."""
     inputs = _resolve_inputs(catalog, opts)
     out_id, clusters_id = opts.output_id, opts.clusters_id
-    if clusters_id == out_id or clusters_id in [p.identifier for p in inputs.pinned]:
-        raise InputError(f"the clusters table {format_identifier(clusters_id)} must differ from the input and output")
-    run_inputs = [p.as_input() for p in inputs.pinned]
-    if inputs.reference:
-        run_inputs.append({**inputs.reference[1].as_input(), "role": "against"})
-    run = Run(job="dedup", run_id=opts.run_id or Run.new_id("dedup"), params=opts.params(), inputs=run_inputs)
+    run = _run_for(opts, inputs)
     if runs_already_committed(catalog, [clusters_id, out_id], run.run_id):
         log.info("run %s is already committed to %s; nothing to do", run.run_id, opts.output)
         return _existing_result(catalog, run.run_id, out_id, clusters_id)
 
+    docs = _read_inputs(spark, inputs)
+    if len(inputs.pinned) > 1:  # within one table doc_ids are unique (DESIGN.md); across tables, check
+        _refuse_colliding_ids(docs, inputs)
     out_schema = _output_schema(inputs.schema)
     documents = ensure_table(catalog, out_id, out_schema)
     require_columns(documents.schema(), tuple(f.name for f in out_schema.fields), opts.output)
@@ -162,28 +163,41 @@ def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupRes
         bands, rows, opts.config.shingles.unit, opts.config.shingles.n, opts.config.verify, run.run_id,
     )  # fmt: skip
 
-    docs = _read_inputs(spark, inputs)
-    _refuse_colliding_ids(docs, inputs)
-    texts = docs.select("_key", "text")
-    if inputs.reference:
-        table, pinned = inputs.reference
-        ref = read_snapshot(spark, table, pinned.snapshot_id, pinned.table_name)
-        texts = texts.unionByName(ref.select(F.concat(F.lit(REFERENCE), "doc_id").alias("_key"), "text"))
-
-    work = _Work(spark, opts.config, texts)
+    work = _Work(spark, opts.config, _texts(spark, docs, inputs.reference))
     try:
         decided, stats = work.run()
-        n_docs = max(1, math.ceil(stats.pop("kept-bytes") / OUTPUT_FILE_BYTES))
         n_rows = max(1, math.ceil(stats["documents-in"] / CLUSTER_ROWS_PER_FILE))
-        cluster_rows = work.cluster_rows(decided).repartition(n_rows, "doc_id").sortWithinPartitions("doc_id")
+        cluster_rows = work.cluster_rows(decided, stats).repartition(n_rows, "doc_id").sortWithinPartitions("doc_id")
         staged_clusters = _write(cluster_rows, clusters, run, CLUSTERS_SCHEMA)
-        kept = _kept_documents(docs, decided, inputs.schema, n_docs)
-        staged_docs = _write(kept, documents, run, out_schema)
+        n_files = max(1, math.ceil(stats["bytes-kept"] / OUTPUT_FILE_BYTES))
+        staged_docs = _write(_kept_documents(docs, decided, inputs.schema, n_files), documents, run, out_schema)
     finally:
         work.release()
     clusters_commit = commit_files(catalog, clusters_id, staged_clusters.files, run, stats)
     docs_commit = commit_files(catalog, out_id, staged_docs.files, run, stats)
     return DedupResult(run.run_id, docs_commit, clusters_commit, stats)
+
+
+def _run_for(opts: DedupOptions, inputs: _Inputs) -> Run:
+    """The run, recording every snapshot read: the inputs, then the --against one."""
+    if opts.clusters_id == opts.output_id or opts.clusters_id in [p.identifier for p in inputs.pinned]:
+        raise InputError(
+            f"the clusters table {format_identifier(opts.clusters_id)} must differ from the input and output"
+        )
+    run_inputs = [p.as_input() for p in inputs.pinned]
+    if inputs.reference:
+        run_inputs.append({**inputs.reference[1].as_input(), "role": "against"})
+    return Run(job="dedup", run_id=opts.run_id or Run.new_id("dedup"), params=opts.params(), inputs=run_inputs)
+
+
+def _texts(spark: SparkSession, docs: DataFrame, reference: tuple[Table, PinnedRef] | None) -> DataFrame:
+    """``(_key, text)`` of the input documents and, with --against, of the reference ones."""
+    texts = docs.select("_key", "text")
+    if reference:
+        table, pinned = reference
+        ref = read_snapshot(spark, table, pinned.snapshot_id, pinned.table_name)
+        texts = texts.unionByName(ref.select(F.concat(F.lit(REFERENCE), "doc_id").alias("_key"), "text"))
+    return texts
 
 
 class _Work:
@@ -195,34 +209,43 @@ class _Work:
 
     def run(self) -> tuple[DataFrame, dict[str, int]]:
         clock = _Clock()
-        self.features = features = self._keep(_features(self.texts, self.cfg))
-        log.info("features of %d document(s) in %.1fs", features.count(), clock.lap())
         exact = self._keep(
-            features.select("_key", "_exact", "_length", "_bands").withColumn(
-                "_rep", F.min("_key").over(Window.partitionBy("_exact"))
-            )
+            _features(self.texts, self.cfg).withColumn("_rep", F.min("_key").over(Window.partitionBy("_exact")))
         )
+        counts = exact.agg(
+            F.count("*").alias("all"),
+            F.coalesce(F.sum("_length"), F.lit(0)).alias("bytes"),
+            F.count(F.when(F.col("_key").startswith(INPUT) & F.col("_bands").isNull(), 1)).alias("short"),
+        ).first()
+        self.mean_length = counts["bytes"] / max(1, counts["all"])
+        log.info("features of %d document(s) in %.1fs", counts["all"], clock.lap())
         candidates = self._keep(_candidates(exact))
         n_candidates = candidates.count()
         log.info("%d candidate pair(s) from LSH buckets in %.1fs", n_candidates, clock.lap())
-        edges = self._keep(self._verify(candidates)) if self.cfg.verify else candidates
-        n_edges = edges.count()
-        if self.cfg.verify:
+        edges, n_edges = candidates, n_candidates
+        if self.cfg.verify and n_candidates:
+            edges = self._keep(self._verify(candidates, n_candidates))
+            n_edges = edges.count()
             log.info("%d pair(s) verified at Jaccard ≥ %s in %.1fs", n_edges, self.cfg.minhash.threshold, clock.lap())
-        roots = self._keep(connected_components(edges, "a", "b"))
-        log.info("%d clustered document(s) in %.1fs", roots.count(), clock.lap())
+        roots = connected_components(edges, "a", "b", edge_count=n_edges) if n_edges else None
         decided = self._keep(_decide(exact, roots))
-        stats = _stats(decided, features, n_candidates, n_edges)
-        log.info("decided in %.1fs: %s", clock.lap(), stats)
+        stats = _stats(decided)
+        stats.update({"short-documents": counts["short"], "candidate-pairs": n_candidates, "verified-pairs": n_edges})
+        log.info("clusters decided in %.1fs: %s", clock.lap(), stats)
         return decided, stats
 
-    def cluster_rows(self, decided: DataFrame) -> DataFrame:
+    def cluster_rows(self, decided: DataFrame, stats: dict[str, int]) -> DataFrame:
         """One row per input document for the clusters table, with the similarity that justified it."""
-        near = decided.where(F.col("match") == "near").select("_key", "_keeper")
-        similarity = self._near_similarities(near)
+        rows = decided
+        if stats["near-duplicates"]:
+            near = decided.where(F.col("match") == "near").select("_key", "_keeper")
+            rows = rows.join(self._near_similarities(near, stats["near-duplicates"]), "_key", "left")
+        else:
+            rows = rows.withColumn("similarity", F.lit(None).cast("double")).withColumn(
+                "jaccard", F.lit(None).cast("double")
+            )
         return (
-            decided.join(similarity, "_key", "left")
-            .withColumn("similarity", F.when(F.col("match") == "exact", 1.0).otherwise(F.col("similarity")))
+            rows.withColumn("similarity", F.when(F.col("match") == "exact", 1.0).otherwise(F.col("similarity")))
             .withColumn(
                 "jaccard",
                 F.when(F.col("match") == "exact", 1.0).otherwise(F.col("jaccard") if self.cfg.verify else F.lit(None)),
@@ -230,9 +253,9 @@ class _Work:
             .select(*[f.name for f in CLUSTERS_SCHEMA.fields])
         )
 
-    def _verify(self, candidates: DataFrame) -> DataFrame:
+    def _verify(self, candidates: DataFrame, count: int) -> DataFrame:
         """Candidate pairs whose exact Jaccard similarity reaches the threshold, with it."""
-        pairs = self._attach(candidates, "a", "b", text=True)
+        pairs = self._attach(candidates, "a", "b", count)
         cfg, threshold = self.cfg, self.cfg.minhash.threshold
 
         def verify(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -246,15 +269,14 @@ class _Work:
 
         return pairs.mapInArrow(verify, "a string, b string, jaccard double")
 
-    def _near_similarities(self, near: DataFrame) -> DataFrame:
-        """For each near duplicate: similarity to its kept document, estimated and (with verify) exact."""
-        pairs = self._attach(near, "_key", "_keeper", text=self.cfg.verify, signature=True)
+    def _near_similarities(self, near: DataFrame, count: int) -> DataFrame:
+        """For each near duplicate: similarity to its kept document, estimated by MinHash and exact."""
+        pairs = self._attach(near, "_key", "_keeper", count)
         cfg = self.cfg
 
         def compare(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
-                texts = (batch.column("_key_text"), batch.column("_keeper_text")) if cfg.verify else (None, None)
-                sims = compare_pairs(cfg, *texts, batch.column("_key_signature"), batch.column("_keeper_signature"))
+                sims = compare_pairs(cfg, batch.column("_key_text"), batch.column("_keeper_text"), estimate=True)
                 jaccard = pa.array(sims["jaccard"]) if cfg.verify else pa.nulls(batch.num_rows, pa.float64())
                 yield pa.RecordBatch.from_arrays(
                     [batch.column("_key"), pa.array(sims["estimate"]), jaccard], names=["_key", "similarity", "jaccard"]
@@ -262,22 +284,16 @@ class _Work:
 
         return pairs.mapInArrow(compare, "_key string, similarity double, jaccard double")
 
-    def _attach(self, pairs: DataFrame, left: str, right: str, *, text: bool, signature: bool = False) -> DataFrame:
-        """``pairs`` with the text and/or signature of both sides, read only for the documents named."""
+    def _attach(self, pairs: DataFrame, left: str, right: str, count: int) -> DataFrame:
+        """``pairs`` (``count`` of them) with the text of both sides, read only for the documents named."""
         nodes = pairs.select(F.col(left).alias("_key")).union(pairs.select(F.col(right).alias("_key"))).distinct()
-        nodes = self._keep(nodes)
-        sources = []
-        if text:
-            sources.append(self.texts.select("_key", F.col("text").alias("_text")))
-        if signature:
-            sources.append(self.features.select("_key", F.col("_signature").alias("_signature")))
-        for source in sources:
-            column = next(c for c in source.columns if c != "_key")
-            wanted = _semi_join(source, nodes, "_key")
-            for side in (left, right):
-                pairs = pairs.join(
-                    wanted.select(F.col("_key").alias(side), F.col(column).alias(f"{side}{column}")), side
-                )
+        if 2 * count <= BROADCAST_KEYS:  # filter without shuffling the texts
+            nodes = F.broadcast(nodes)
+        wanted = self.texts.join(nodes, "_key", "left_semi")
+        if 2 * count * self.mean_length <= BROADCAST_TEXT_BYTES:  # few texts: join them without shuffles
+            wanted = F.broadcast(wanted)
+        for side in (left, right):
+            pairs = pairs.join(wanted.select(F.col("_key").alias(side), F.col("text").alias(f"{side}_text")), side)
         return pairs
 
     def _keep(self, df: DataFrame) -> DataFrame:
@@ -320,18 +336,22 @@ def _candidates(exact: DataFrame) -> DataFrame:
     return (
         bands.withColumn("_min", smallest)
         .where(F.col("_key") != F.col("_min"))
+        # Pairs within the --against snapshot cannot change what happens to an input document.
+        .where(~(F.col("_min").startswith(REFERENCE) & F.col("_key").startswith(REFERENCE)))
         .select(F.col("_min").alias("a"), F.col("_key").alias("b"))
         .distinct()
     )
 
 
-def _decide(exact: DataFrame, roots: DataFrame) -> DataFrame:
+def _decide(exact: DataFrame, roots: DataFrame | None) -> DataFrame:
     """Each input document's cluster, kept flag, kept document, and how it matched."""
     is_input = F.col("_key").startswith(INPUT)
     doc_id = F.expr("substring(_key, 2)")
-    clustered = exact.join(
-        roots.select(F.col("node").alias("_rep"), F.col("component").alias("_root")), "_rep", "left"
-    ).withColumn("_root", F.coalesce("_root", "_rep"))
+    clustered = exact.select("_key", "_exact", "_length", F.col("_rep").alias("_root"))
+    if roots is not None:  # exact groups joined by near-duplicate pairs: the component of their representative
+        clustered = clustered.join(
+            roots.select(F.col("node").alias("_root"), F.col("component").alias("_component")), "_root", "left"
+        ).withColumn("_root", F.coalesce("_component", "_root"))
     cluster = Window.partitionBy("_root")
     # The rule that picks the kept document depends on the data alone: reference documents
     # first, then the longest text, then the smallest key.
@@ -363,7 +383,7 @@ def _decide(exact: DataFrame, roots: DataFrame) -> DataFrame:
     )
 
 
-def _stats(decided: DataFrame, features: DataFrame, candidates: int, verified: int) -> dict[str, int]:
+def _stats(decided: DataFrame) -> dict[str, int]:
     row = decided.agg(
         F.count("*").alias("documents-in"),
         F.count(F.when(F.col("kept"), 1)).alias("kept"),
@@ -372,12 +392,10 @@ def _stats(decided: DataFrame, features: DataFrame, candidates: int, verified: i
         F.count(F.when(F.col("against"), 1)).alias("against-duplicates"),
         F.countDistinct(F.when((F.col("cluster_size") > 1) | F.col("against"), F.col("cluster_id"))).alias("clusters"),
         F.coalesce(F.max("cluster_size"), F.lit(0)).alias("largest-cluster"),
-        F.coalesce(F.sum(F.when(F.col("kept"), F.col("_length"))), F.lit(0)).alias("kept-bytes"),
+        F.coalesce(F.sum("_length"), F.lit(0)).alias("bytes-in"),
+        F.coalesce(F.sum(F.when(F.col("kept"), F.col("_length"))), F.lit(0)).alias("bytes-kept"),
     ).first()
-    short = features.where(F.col("_key").startswith(INPUT) & F.col("_signature").isNull()).count()
-    stats = {name: int(row[name]) for name in row.asDict()}
-    stats.update({"short-documents": short, "candidate-pairs": candidates, "verified-pairs": verified})
-    return stats
+    return {name: int(row[name]) for name in row.asDict()}
 
 
 def _kept_documents(docs: DataFrame, decided: DataFrame, schema: Schema, partitions: int) -> DataFrame:
@@ -396,13 +414,6 @@ def _kept_documents(docs: DataFrame, decided: DataFrame, schema: Schema, partiti
 def _write(df: DataFrame, table: Table, run: Run, schema: Schema):
     target = Target.for_table(table, run.staging_prefix(table), arrow_schema(schema))
     return write_staged(df.withColumn(TARGET_COLUMN, F.lit("out")), {"out": target})["out"]
-
-
-def _semi_join(big: DataFrame, keys: DataFrame, column: str) -> DataFrame:
-    """Rows of ``big`` whose ``column`` is in ``keys``: a broadcast filter when the keys are few."""
-    if keys.count() <= BROADCAST_KEYS:
-        keys = F.broadcast(keys)
-    return big.join(keys, column, "left_semi")
 
 
 def _resolve_inputs(catalog: Catalog, opts: DedupOptions) -> _Inputs:
@@ -549,6 +560,7 @@ def options_from_args(args: argparse.Namespace) -> DedupOptions:
 def run(args: argparse.Namespace) -> int:
     opts = options_from_args(args)
     catalog = load_catalog(args.catalog)
+    _resolve_inputs(catalog, opts)  # a bad reference fails here, before Spark starts
     result = dedup(get_spark("factory-dedup"), catalog, opts)
     print(format_result(result))
     return 0

@@ -1,5 +1,5 @@
-"""Exact Jaccard similarity of shingle sets: for pairs (``--verify``), for all pairs (ground truth),
-and how well a clustering agrees with another.
+"""Exact Jaccard similarity of shingle sets: for pairs (``--verify``), for all pairs (the ground
+truth the dedup job is measured against), and how well a clustering agrees with another.
 
 Sets come as ``Shingled`` (flat arrays sorted by document then hash), and every function works
 on whole arrays, so checking a million candidate pairs costs a few sorts, not a Python loop.
@@ -7,11 +7,13 @@ on whole arrays, so checking a million candidate pairs costs a few sorts, not a 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
-from pipelines.shingles import Shingled
+from pipelines.shingles import ShingleConfig, Shingled, shingle
 
 # Shingle entries gathered per step when verifying many pairs: bounds the memory of jaccard_join.
 _GATHER_ENTRIES = 1 << 24
@@ -196,3 +198,19 @@ def components(n: int, left: np.ndarray, right: np.ndarray) -> np.ndarray:
     smallest = np.full(label.max() + 1 if n else 0, n, dtype=np.int64)
     np.minimum.at(smallest, label, np.arange(n))
     return smallest[label]
+
+
+def exact_clusters(texts: Sequence[str], shingles: ShingleConfig, threshold: float) -> np.ndarray:
+    """The clusters dedup should find, by brute force: per document, the smallest index in its cluster.
+
+    Two documents are duplicates when their normalised texts are equal, or when both have at
+    least ``min_shingles`` shingles and the exact Jaccard similarity of their shingle sets
+    reaches the threshold; clusters are the connected components of that relation.
+    """
+    shingled = shingle(pa.array(list(texts), type=pa.large_string()), shingles)
+    left, right, _ = jaccard_join(shingled, threshold, shingled.counts() >= shingles.min_shingles)
+    first_with_key: dict[bytes, int] = {}
+    same_text = [(first_with_key.setdefault(key, i), i) for i, key in enumerate(shingled.exact)]
+    exact_left = np.array([a for a, _ in same_text], dtype=np.int64)
+    exact_right = np.array([b for _, b in same_text], dtype=np.int64)
+    return components(len(texts), np.concatenate([left, exact_left]), np.concatenate([right, exact_right]))

@@ -1,0 +1,194 @@
+"""The dedup job on real Spark (local[2]) and a real SQLite Iceberg catalog."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pipelines.commit import snapshot_stats
+from pipelines.dedup import DedupOptions, dedup
+from pipelines.dedup_stages import DedupConfig
+from pipelines.exceptions import InputError
+from pipelines.shingles import shingle
+from pipelines.similarity import agreement, exact_clusters, pair_jaccard
+from tests.conftest import run_factory
+from tests.pipelines.dedup_corpus import Planted, planted_corpus, write_table
+
+
+def rows(catalog, name: str) -> list[dict]:
+    table = catalog.load_table(tuple(name.split(".")))
+    return sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["doc_id"])
+
+
+def jaccard(cfg: DedupConfig, a: str, b: str) -> float:
+    left, right = (shingle(pa.array([t]), cfg.shingles) for t in (a, b))
+    return float(pair_jaccard(left, right)[0])
+
+
+def test_planted_duplicates_are_found_kept_by_rule_and_explained(spark, catalog):
+    corpus = planted_corpus()
+    long_form = corpus.add("exact-long", "Some Text, with CASE and punctuation!! " * 20)
+    short_form = corpus.add("exact-short", "some text with case and punctuation " * 20)
+    tiny = [corpus.add(f"tiny-{i}", text) for i, text in enumerate(["x = 1", "X = 1;", "x = 22", "{", "}"])]
+    snapshot_id = write_table(catalog, "raw.docs", corpus.docs)
+    text_of = {d["doc_id"]: d["text"] for d in corpus.docs}
+    cfg = DedupConfig()
+
+    result = dedup(spark, catalog, DedupOptions(inputs=["raw.docs"], output="dedup.docs", run_id="planted"))
+
+    clusters = {r["doc_id"]: r for r in rows(catalog, "dedup.docs_clusters")}
+    kept = {r["doc_id"]: r for r in rows(catalog, "dedup.docs")}
+    s = result.stats
+    assert set(clusters) == set(text_of) and s["documents-in"] == len(text_of)
+    assert s["kept"] + s["exact-duplicates"] + s["near-duplicates"] == s["documents-in"]
+    assert set(kept) == {d for d, r in clusters.items() if r["kept"]} and len(kept) == s["kept"]
+    assert list(next(iter(kept.values()))) == ["doc_id", "source", "text", "path", "lang", "n_bytes", "cluster_id"]
+
+    # Each cluster: its id is its smallest doc_id; it keeps the longest text, then the smallest doc_id.
+    members: dict[str, list[str]] = {}
+    for doc_id, row in clusters.items():
+        members.setdefault(row["cluster_id"], []).append(doc_id)
+    for cluster_id, ids in members.items():
+        assert cluster_id == min(ids)
+        keeper = min(ids, key=lambda d: (-len(text_of[d].encode()), d))
+        assert [d for d in ids if clusters[d]["kept"]] == [keeper]
+        assert all(clusters[d]["duplicate_of"] == (None if d == keeper else keeper) for d in ids)
+        assert all(clusters[d]["cluster_size"] == len(ids) for d in ids)
+        assert kept[keeper]["cluster_id"] == cluster_id
+    assert s["clusters"] == sum(len(ids) > 1 for ids in members.values())
+    assert s["largest-cluster"] == max(len(ids) for ids in members.values())
+
+    # Exact duplicates by normalised text; tiny documents only so; punctuation only by bytes.
+    assert clusters[short_form]["duplicate_of"] == long_form and clusters[short_form]["match"] == "exact"
+    assert (clusters[short_form]["similarity"], clusters[short_form]["jaccard"]) == (1.0, 1.0)
+    assert clusters[tiny[0]]["duplicate_of"] == tiny[1] and clusters[tiny[0]]["match"] == "exact"  # both "x 0"
+    assert all(clusters[d]["kept"] for d in tiny[1:])  # "x 00" differs; "{" and "}" are different bytes
+    assert s["short-documents"] >= 5
+    # The similarity recorded for a near duplicate is its own, to the document kept in its place.
+    for doc_id, row in clusters.items():
+        if row["match"] == "near":
+            exact = jaccard(cfg, text_of[doc_id], text_of[row["duplicate_of"]])
+            assert row["jaccard"] == pytest.approx(exact)
+            assert abs(row["similarity"] - exact) < 0.2
+
+    # Accuracy against brute force at the same threshold.
+    ids = sorted(text_of)
+    truth = exact_clusters([text_of[d] for d in ids], cfg.shingles, cfg.minhash.threshold)
+    found = agreement(np.array([clusters[d]["cluster_id"] for d in ids]), truth)
+    planted_j = {pair: jaccard(cfg, text_of[pair[0]], text_of[pair[1]]) for pair in corpus.pairs}
+    clear = [pair for pair, j in planted_j.items() if j >= cfg.minhash.threshold + 0.1]
+    recall = sum(clusters[a]["cluster_id"] == clusters[b]["cluster_id"] for a, b in clear) / len(clear)
+    print(f"planted: {found}; recall of pairs with J ≥ 0.9: {recall:.4f} over {len(clear)}")
+    assert len(clear) > 100 and any(j < 0.7 for j in planted_j.values())
+    assert recall >= 0.95 and found.precision >= 0.95
+
+    table = catalog.load_table(("dedup", "docs"))
+    summary = table.current_snapshot().summary
+    assert summary["factory.job"] == "dedup"
+    assert json.loads(summary["factory.inputs"]) == [{"table": "raw.docs", "snapshot_id": snapshot_id}]
+    params = json.loads(summary["factory.params"])
+    assert (params["threshold"], params["num_perm"], params["bands"], params["rows"]) == (0.8, 128, 12, 10)
+    assert snapshot_stats(table.current_snapshot()) == s
+
+    again = dedup(spark, catalog, DedupOptions(inputs=["raw.docs"], output="dedup.docs", run_id="planted"))
+    assert again.already_committed and again.stats == s
+    assert len(table.refresh().snapshots()) == 1
+
+
+def test_an_empty_input_gives_empty_snapshots_with_stats(spark, catalog):
+    write_table(catalog, "raw.empty", [])
+    result = dedup(spark, catalog, DedupOptions(inputs=["raw.empty"], output="dedup.empty"))
+    assert result.stats["documents-in"] == 0 and result.stats["kept"] == 0 and result.stats["clusters"] == 0
+    for name in ("dedup.empty", "dedup.empty_clusters"):
+        table = catalog.load_table(tuple(name.split(".")))
+        assert table.current_snapshot() is not None and rows(catalog, name) == []
+
+
+def test_several_inputs_are_deduplicated_together_and_must_not_share_ids(spark, catalog):
+    first, second = Planted(), Planted()
+    text = "a document that was collected twice from two different sources " * 5
+    a = first.add("same", text, source="web")
+    first.add("only-first", "something else entirely, written once and for all " * 5, source="web")
+    b = second.add("same", text.upper(), source="news")
+    write_table(catalog, "raw.first", first.docs)
+    write_table(catalog, "raw.second", second.docs)
+
+    result = dedup(spark, catalog, DedupOptions(inputs=["raw.first", "raw.second"], output="dedup.both"))
+
+    assert result.stats["documents-in"] == 3 and result.stats["exact-duplicates"] == 1
+    assert {r["doc_id"] for r in rows(catalog, "dedup.both")} == {min(a, b), first.docs[1]["doc_id"]}
+    inputs = json.loads(catalog.load_table(("dedup", "both")).current_snapshot().summary["factory.inputs"])
+    assert [i["table"] for i in inputs] == ["raw.first", "raw.second"]
+
+    clash = Planted()
+    clash.add("same", "another text under an id the first table already uses", source="web")
+    write_table(catalog, "raw.clash", clash.docs)
+    with pytest.raises(InputError, match="doc_ids must be unique across the tables"):
+        dedup(spark, catalog, DedupOptions(inputs=["raw.first", "raw.clash"], output="dedup.clash"))
+    assert "clash" not in {t[1] for t in catalog.list_tables("dedup")}
+
+
+def test_against_removes_what_the_published_snapshot_already_has(spark, catalog):
+    rng_words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi".split()
+    published, new = Planted(), Planted()
+    texts = [" ".join(rng_words[(i * 7 + k) % 16] + rng_words[(i + k * 3) % 16] for k in range(120)) for i in range(4)]
+    old = [published.add(f"doc-{i}", t) for i, t in enumerate(texts[:2])]
+    write_table(catalog, "dedup.published", published.docs)
+    again = new.add("doc-0", texts[0])  # the same record, already published
+    edited = new.add("edit-1", texts[1].replace(rng_words[0] + rng_words[1], "changed", 1))
+    fresh = new.add("new-2", texts[2])
+    fresh_copy = new.add("new-2-copy", texts[2] + " and a tail")
+    write_table(catalog, "raw.new", new.docs)
+
+    result = dedup(
+        spark,
+        catalog,
+        DedupOptions(inputs=["raw.new"], output="dedup.new", against="dedup.published", run_id="incremental"),
+    )
+
+    clusters = {r["doc_id"]: r for r in rows(catalog, "dedup.new_clusters")}
+    assert {r["doc_id"] for r in rows(catalog, "dedup.new")} == {fresh_copy}  # the longer of the new pair
+    assert (clusters[again]["against"], clusters[again]["duplicate_of"], clusters[again]["match"]) == (
+        True, old[0], "exact",
+    )  # fmt: skip
+    assert (clusters[edited]["against"], clusters[edited]["duplicate_of"]) == (True, old[1])
+    assert clusters[fresh]["duplicate_of"] == fresh_copy and not clusters[fresh]["against"]
+    assert result.stats["against-duplicates"] == 2 and result.stats["documents-in"] == 4
+    inputs = json.loads(catalog.load_table(("dedup", "new")).current_snapshot().summary["factory.inputs"])
+    assert inputs[-1]["table"] == "dedup.published" and inputs[-1]["role"] == "against"
+
+
+def test_a_flood_of_boilerplate_stays_linear_and_verification_stops_false_clusters(spark, catalog):
+    corpus = Planted()
+    header = " ".join(f"licence{chr(97 + i % 26)}{chr(97 + i // 26 % 26)}" for i in range(340))
+    for i in range(150):  # ~85% shared shingles: pairwise Jaccard about 0.74, under the threshold
+        body = " ".join(
+            f"body{chr(97 + i % 26)}{chr(97 + i // 26)}{chr(97 + k % 26)}{chr(97 + k // 26)}" for k in range(60)
+        )
+        corpus.add(f"boiler-{i}", header + " " + body)
+    for i in range(300):  # tiny files: below min_shingles, exact dedup only
+        corpus.add(f"init-{i}", f"from . import {'abc'[i % 3]}")
+    write_table(catalog, "raw.flood", corpus.docs)
+
+    checked = dedup(spark, catalog, DedupOptions(inputs=["raw.flood"], output="dedup.checked"))
+    bands, _ = DedupConfig().minhash.band_rows
+    assert 0 < checked.stats["candidate-pairs"] <= bands * (150 - 1)  # stars, not all pairs
+    assert checked.stats["verified-pairs"] == 0 and checked.stats["near-duplicates"] == 0
+    assert checked.stats["short-documents"] == 300 and checked.stats["exact-duplicates"] == 297
+    assert checked.stats["kept"] == 150 + 3
+
+    unchecked = dedup(
+        spark,
+        catalog,
+        DedupOptions(inputs=["raw.flood"], output="dedup.unchecked", config=DedupConfig(verify=False)),
+    )
+    assert unchecked.stats["largest-cluster"] > 50  # what --verify prevents: one big false cluster
+
+
+def test_cli_refuses_a_missing_input_before_starting_spark(factory_home):
+    proc = run_factory("dedup", "--input", "raw.nope", "--output", "dedup.x", timeout=60)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+    assert "--threshold" in run_factory("dedup", "--help").stdout
