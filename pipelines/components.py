@@ -15,13 +15,13 @@ the SparkContext has a checkpoint directory, else locally) so the plan never gro
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-from collections.abc import Iterator
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
+
+from pipelines.spark_session import NO_ADAPTIVE, session_conf
 
 log = logging.getLogger("factory.components")
 
@@ -29,9 +29,6 @@ MAX_ROUNDS = 64  # O(log n) rounds suffice; this bound only guards against a bug
 # Shuffle partitions per this many edges: a few rounds of tiny shuffles cost more in task
 # overhead than in work, so a small graph runs in one partition and a big one in many.
 EDGES_PER_PARTITION = 1_000_000
-# Adaptive execution re-plans after every shuffle; over rounds of small shuffles whose sizes are
-# set here anyway, that planning costs more than it saves (measured: about 2x per round).
-NO_ADAPTIVE = {"spark.sql.adaptive.enabled": "false"}
 
 
 def connected_components(edges: DataFrame, src: str = "a", dst: str = "b", edge_count: int | None = None) -> DataFrame:
@@ -41,7 +38,7 @@ def connected_components(edges: DataFrame, src: str = "a", dst: str = "b", edge_
     """
     edge_count = edges.count() if edge_count is None else edge_count
     n = max(1, math.ceil(edge_count / EDGES_PER_PARTITION))
-    with _session_conf(edges.sparkSession, NO_ADAPTIVE):
+    with session_conf(edges.sparkSession, NO_ADAPTIVE):
         return _converge(edges, src, dst, n)
 
 
@@ -96,22 +93,6 @@ def _is_star_forest(edges: DataFrame, n: int) -> bool:
         .agg(F.sum("parents").alias("parents"), F.max("centre").alias("centre"))
     )
     return per_node.where((F.col("parents") > 1) | ((F.col("parents") > 0) & (F.col("centre") > 0))).isEmpty()
-
-
-@contextlib.contextmanager
-def _session_conf(spark: SparkSession, values: dict[str, str]) -> Iterator[None]:
-    """Set SQL settings for the duration of a block, then restore them."""
-    previous = {key: spark.conf.get(key, None) for key in values}
-    for key, value in values.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 def _checkpoint(df: DataFrame) -> DataFrame:

@@ -58,7 +58,7 @@ from pipelines.minhash import MinHashConfig
 from pipelines.refs import PinnedRef, format_identifier, parse_identifier
 from pipelines.schemas import DOCUMENT_COLUMNS, arrow_schema, require_columns
 from pipelines.shingles import UNITS, ShingleConfig
-from pipelines.spark_session import get_spark, read_snapshot
+from pipelines.spark_session import NO_ADAPTIVE, get_spark, read_snapshot, session_conf
 from pipelines.staging import TARGET_COLUMN, Target, write_staged
 
 log = logging.getLogger("factory.dedup")
@@ -164,15 +164,13 @@ def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupRes
     )  # fmt: skip
 
     work = _Work(spark, opts.config, _texts(spark, docs, inputs.reference))
-    try:
+    with session_conf(spark, NO_ADAPTIVE), work:
         decided, stats = work.run()
         n_rows = max(1, math.ceil(stats["documents-in"] / CLUSTER_ROWS_PER_FILE))
         cluster_rows = work.cluster_rows(decided, stats).repartition(n_rows, "doc_id").sortWithinPartitions("doc_id")
         staged_clusters = _write(cluster_rows, clusters, run, CLUSTERS_SCHEMA)
         n_files = max(1, math.ceil(stats["bytes-kept"] / OUTPUT_FILE_BYTES))
         staged_docs = _write(_kept_documents(docs, decided, inputs.schema, n_files), documents, run, out_schema)
-    finally:
-        work.release()
     clusters_commit = commit_files(catalog, clusters_id, staged_clusters.files, run, stats)
     docs_commit = commit_files(catalog, out_id, staged_docs.files, run, stats)
     return DedupResult(run.run_id, docs_commit, clusters_commit, stats)
@@ -301,7 +299,10 @@ class _Work:
         self._persisted.append(df)
         return df
 
-    def release(self) -> None:
+    def __enter__(self) -> _Work:
+        return self
+
+    def __exit__(self, *_exc) -> None:
         for df in self._persisted:
             df.unpersist()
         self._persisted.clear()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from pyiceberg.table import Table
@@ -49,6 +51,27 @@ def get_spark(app_name: str) -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+# Adaptive execution re-plans after every shuffle and submits each stage as its own job: for a
+# job of many small shuffles whose sizes it sets itself, that costs more than it saves.
+NO_ADAPTIVE = {"spark.sql.adaptive.enabled": "false"}
+
+
+@contextlib.contextmanager
+def session_conf(spark: SparkSession, values: dict[str, str]) -> Iterator[None]:
+    """Set Spark SQL settings for the duration of a block, then restore them."""
+    previous = {key: spark.conf.get(key, None) for key in values}
+    for key, value in values.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def snapshot_files(table: Table, snapshot_id: int, label: str) -> list[str]:

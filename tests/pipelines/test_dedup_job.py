@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import random
+import sysconfig
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from pipelines.commit import snapshot_stats
@@ -192,3 +196,77 @@ def test_cli_refuses_a_missing_input_before_starting_spark(factory_home):
     proc = run_factory("dedup", "--input", "raw.nope", "--output", "dedup.x", timeout=60)
     assert proc.returncode == 2 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
     assert "--threshold" in run_factory("dedup", "--help").stdout
+
+
+def installed_sources(limit_bytes: int = 64 * 1024) -> list[tuple[str, str]]:
+    """Python files this machine has, rich in real near duplicates: setuptools vendors distutils and
+    the interpreter's own site-packages holds other versions of pip and setuptools."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    venv = Path(sysconfig.get_paths()["purelib"])
+    roots = [venv / "pip", venv / "setuptools", stdlib / "distutils", stdlib / "site-packages" / "setuptools"]
+    files = [
+        (f"{root}:{p.relative_to(root)}", p) for root in roots if root.is_dir() for p in sorted(root.rglob("*.py"))
+    ]
+    others = [p for p in sorted(stdlib.rglob("*.py")) if p.relative_to(stdlib).parts[0] != "site-packages"]
+    random.Random(0).shuffle(others)
+    files += [(f"stdlib:{p.relative_to(stdlib)}", p) for p in others[:1800]]
+    found = []
+    for key, path in files:
+        data = path.read_bytes()
+        if 0 < len(data) <= limit_bytes and b"\x00" not in data:
+            try:
+                found.append((key, data.decode("utf-8")))
+            except UnicodeDecodeError:
+                continue
+    return found
+
+
+@pytest.mark.slow
+def test_real_source_files_cluster_as_brute_force_says(spark, catalog):
+    corpus = Planted()
+    for key, text in installed_sources():
+        corpus.add(key, text, source="code")
+    write_table(catalog, "raw.code", corpus.docs)
+    cfg = DedupConfig()
+
+    dedup(spark, catalog, DedupOptions(inputs=["raw.code"], output="dedup.code"))
+
+    clusters = {r["doc_id"]: r["cluster_id"] for r in rows(catalog, "dedup.code_clusters")}
+    ids = sorted(clusters)
+    text_of = {d["doc_id"]: d["text"] for d in corpus.docs}
+    truth = exact_clusters([text_of[d] for d in ids], cfg.shingles, cfg.minhash.threshold)
+    found = agreement(np.array([clusters[d] for d in ids]), truth)
+    print(f"{len(ids)} real source files: {found}")
+    assert len(ids) >= 2000 and found.true_pairs >= 50
+    assert found.precision >= 0.99 and found.f1 >= 0.95
+
+
+def _layout(catalog, name: str) -> list[list[dict]]:
+    """Each data file's rows in file order: the physical output, not only its content."""
+    table = catalog.load_table(tuple(name.split(".")))
+    paths = sorted(t.file.file_path for t in table.scan().plan_files())
+    return [pq.read_table(p.removeprefix("file://")).to_pylist() for p in paths]
+
+
+@pytest.mark.slow
+def test_same_output_whatever_the_parallelism(spark, catalog):
+    corpus = planted_corpus(seed=11, originals=40)
+    write_table(catalog, "raw.docs", corpus.docs)
+    dedup(spark, catalog, DedupOptions(inputs=["raw.docs"], output="dedup.a"))
+    previous = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "3")
+    try:
+        dedup(spark, catalog, DedupOptions(inputs=["raw.docs"], output="dedup.b"))
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", previous)
+
+    done = run_factory(
+        "dedup", "--input", "raw.docs", "--output", "dedup.c", "-q", env={"FACTORY_SPARK_MASTER": "local[1]"}
+    )
+    assert done.returncode == 0, done.stderr
+
+    for suffix in ("", "_clusters"):
+        first = _layout(catalog, f"dedup.a{suffix}")
+        assert len(first) >= 1 and sum(map(len, first)) > 0
+        assert _layout(catalog, f"dedup.b{suffix}") == first
+        assert _layout(catalog, f"dedup.c{suffix}") == first
