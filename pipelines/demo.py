@@ -4,13 +4,18 @@ Code: the Python standard library's ``.py`` files (source ``code``). Text: licen
 package documentation found on the system (source ``text``), or, where the system has none,
 the licence files of the installed Python packages. Nothing is downloaded.
 
-Run ids are derived from the corpus listing, so running the demo again is a no-op.
+Then dedup: ``raw.code`` → ``dedup.code`` and ``raw.text`` → ``dedup.text``, printing what it
+removed (licence texts and copyright files repeat a lot).
+
+Run ids are derived from the corpus listing and, for dedup, from the pinned input snapshot and
+the parameters, so running the demo again is a no-op.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import sys
 import sysconfig
 import time
@@ -19,7 +24,7 @@ from pathlib import Path
 
 from pyiceberg.catalog import Catalog
 
-from pipelines.catalog import factory_home, load_catalog
+from pipelines.catalog import factory_home, load_catalog, resolve
 from pipelines.explore import format_rows, format_tables
 from pipelines.ingest import IngestOptions, format_result, ingest
 from pipelines.ingest_inputs import discover
@@ -70,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"lakehouse: {factory_home()} (catalog {catalog.name})")
     spark = get_spark("factory-demo")
     _step("ingest", lambda: _ingest_all(spark, catalog))
+    _step("dedup", lambda: _dedup_all(spark, catalog))
     print()
     print(format_tables(catalog))
     return 0
@@ -92,6 +98,51 @@ def _ingest_all(spark, catalog: Catalog) -> None:
         docs = result.documents
         table = catalog.load_table(tuple(docs.table.split(".")))
         print(format_rows(table, PinnedRef(tuple(docs.table.split(".")), docs.snapshot_id, None), 3, as_json=False))
+
+
+DEDUP_STEPS = (("raw.code", "dedup.code"), ("raw.text", "dedup.text"))
+
+
+def _dedup_all(spark, catalog: Catalog) -> None:
+    from pipelines.dedup import DedupOptions, dedup, format_result
+    from pipelines.dedup_stages import DedupConfig
+
+    config = DedupConfig()
+    for source, output in DEDUP_STEPS:
+        _, pinned = resolve(catalog, source)
+        key = f"{pinned}\n{json.dumps(config.params(), sort_keys=True)}"
+        run_id = f"demo-dedup-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+        print(f"· {pinned} → {output}")
+        result = dedup(spark, catalog, DedupOptions(inputs=[str(pinned)], output=output, config=config, run_id=run_id))
+        print(format_result(result))
+        print(_removed_examples(catalog, pinned, result.clusters.table, result.clusters.snapshot_id))
+
+
+def _removed_examples(catalog: Catalog, source: PinnedRef, clusters: str, snapshot_id: int, n: int = 5) -> str:
+    """A few removed documents, each with the one kept in its place: paths, how they matched."""
+    rows = (
+        catalog.load_table(tuple(clusters.split(".")))
+        .scan(snapshot_id=snapshot_id, row_filter="kept == false")
+        .to_arrow()
+    )
+    if rows.num_rows == 0:
+        return "  nothing removed"
+    rows = rows.sort_by([("cluster_size", "descending"), ("doc_id", "ascending")]).to_pylist()
+    seen: set[str] = set()
+    first_of_cluster = [r for r in rows if not (r["cluster_id"] in seen or seen.add(r["cluster_id"]))]
+    near = [r for r in first_of_cluster if r["match"] == "near"]
+    exact = [r for r in first_of_cluster if r["match"] == "exact"]
+    rows = exact[: max(2, n - len(near))] + near[: n - min(2, len(exact))]
+    wanted = {r["doc_id"] for r in rows} | {r["duplicate_of"] for r in rows}
+    docs = catalog.load_table(source.identifier).scan(
+        snapshot_id=source.snapshot_id, selected_fields=("doc_id", "path")
+    )
+    path = {d["doc_id"]: d["path"] for d in docs.to_arrow().to_pylist() if d["doc_id"] in wanted}
+    lines = ["  for example:"]
+    for r in rows:
+        how = "same text" if r["match"] == "exact" else f"near, Jaccard {r['jaccard'] or r['similarity']:.2f}"
+        lines.append(f"    {path.get(r['doc_id'])}  duplicates  {path.get(r['duplicate_of'])}  ({how})")
+    return "\n".join(lines)
 
 
 def _step(name: str, action) -> None:
