@@ -86,7 +86,7 @@ CLUSTERS_SCHEMA = Schema(
     NestedField(6, "against", BooleanType(), required=True, doc="duplicate_of is in the --against snapshot"),
     NestedField(7, "match", StringType(), required=False, doc="exact (same normalised text) or near; null if kept"),
     NestedField(8, "similarity", DoubleType(), required=False, doc="Jaccard to duplicate_of estimated by MinHash"),
-    NestedField(9, "jaccard", DoubleType(), required=False, doc="exact Jaccard to duplicate_of (with --verify)"),
+    NestedField(9, "jaccard", DoubleType(), required=False, doc="exact Jaccard of the shingles with duplicate_of"),
 )
 
 
@@ -244,10 +244,7 @@ class _Work:
             )
         return (
             rows.withColumn("similarity", F.when(F.col("match") == "exact", 1.0).otherwise(F.col("similarity")))
-            .withColumn(
-                "jaccard",
-                F.when(F.col("match") == "exact", 1.0).otherwise(F.col("jaccard") if self.cfg.verify else F.lit(None)),
-            )
+            .withColumn("jaccard", F.when(F.col("match") == "exact", 1.0).otherwise(F.col("jaccard")))
             .select(*[f.name for f in CLUSTERS_SCHEMA.fields])
         )
 
@@ -268,16 +265,17 @@ class _Work:
         return pairs.mapInArrow(verify, "a string, b string, jaccard double")
 
     def _near_similarities(self, near: DataFrame, count: int) -> DataFrame:
-        """For each near duplicate: similarity to its kept document, estimated by MinHash and exact."""
+        """For each near duplicate: its similarity to the kept document, estimated by MinHash and exact
+        (the texts are at hand for the estimate, so the exact value costs little more)."""
         pairs = self._attach(near, "_key", "_keeper", count)
         cfg = self.cfg
 
         def compare(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
                 sims = compare_pairs(cfg, batch.column("_key_text"), batch.column("_keeper_text"), estimate=True)
-                jaccard = pa.array(sims["jaccard"]) if cfg.verify else pa.nulls(batch.num_rows, pa.float64())
                 yield pa.RecordBatch.from_arrays(
-                    [batch.column("_key"), pa.array(sims["estimate"]), jaccard], names=["_key", "similarity", "jaccard"]
+                    [batch.column("_key"), pa.array(sims["estimate"]), pa.array(sims["jaccard"])],
+                    names=["_key", "similarity", "jaccard"],
                 )
 
         return pairs.mapInArrow(compare, "_key string, similarity double, jaccard double")

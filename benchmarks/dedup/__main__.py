@@ -34,69 +34,74 @@ def main() -> int:
     parser.add_argument("--skip-datatrove", action="store_true", help="time only our job")
     args = parser.parse_args()
 
-    from benchmarks.dedup.corpus import build, read_records
-    from benchmarks.dedup.truth import score
-    from pipelines.dedup_stages import DedupConfig
-    from pipelines.minhash import optimal_bands
-    from pipelines.similarity import exact_clusters
+    from benchmarks.dedup.corpus import build
 
     label = f"{args.mb:g}MB"
     corpus = build(args.workdir / f"corpus-{label}", args.mb)
-    home = args.workdir / f"home-{label}"
+    stamp = time.strftime("%Y%m%d%H%M%S")
+    results = [_run_ours(args, corpus, args.workdir / f"home-{label}", stamp)]
+    if not args.skip_datatrove:
+        results.append(_run_datatrove(args, corpus, args.workdir / f"datatrove-{label}-{stamp}"))
+    truth_s = _score(results, corpus, args)
+    _print_table(results, corpus, args.cores, truth_s)
+    summary = {"corpus": {"documents": corpus.documents, "mb": corpus.megabytes}, "cores": args.cores,
+               "threshold": args.threshold, "results": results}  # fmt: skip
+    (args.workdir / f"results-{label}-{stamp}.json").write_text(json.dumps(summary, indent=2))
+    return 0
+
+
+def _run_ours(args: argparse.Namespace, corpus, home: Path, stamp: str) -> dict:
     env = {
         "FACTORY_HOME": str(home),
         "FACTORY_SPARK_MASTER": f"local[{args.cores}]",
         "FACTORY_SPARK_DRIVER_MEMORY": os.environ.get("FACTORY_SPARK_DRIVER_MEMORY", "4g"),
     }
     _ingest_once(corpus.folder, home, env)
-    stamp = time.strftime("%Y%m%d%H%M%S")
-
-    results = []
     output = f"bench.dedup_{stamp}"
-    ours_s = _timed(
+    seconds = _timed(
         [sys.executable, "-m", "pipelines.cli", "dedup", "--input", "bench.code", "--output", output,
          "--threshold", str(args.threshold), "--run-id", f"bench-{stamp}"],
         env,
     )  # fmt: skip
-    results.append({"tool": "ours (factory dedup, Spark)", "seconds": ours_s, "clusters": _our_clusters(home, output)})
+    return {"tool": "ours (factory dedup, Spark)", "seconds": seconds, "clusters": _our_clusters(home, output)}
+
+
+def _run_datatrove(args: argparse.Namespace, corpus, work: Path) -> dict:
+    from pipelines.minhash import optimal_bands
 
     bands, rows = optimal_bands(args.threshold, 128)  # datasketch's balance: datatrove does not verify
-    if not args.skip_datatrove:
-        work = args.workdir / f"datatrove-{label}-{stamp}"
-        datatrove_s = _timed(
-            [sys.executable, "-m", "benchmarks.dedup.run_datatrove", str(corpus.folder), str(work),
-             "--bands", str(bands), "--rows", str(rows), "--workers", str(args.cores)],
-            {},
-        )  # fmt: skip
-        results.append(
-            {"tool": f"datatrove {_version('datatrove')} ({bands}x{rows})", "seconds": datatrove_s,
-             "clusters": _datatrove_clusters(work)}
-        )  # fmt: skip
+    seconds = _timed(
+        [sys.executable, "-m", "benchmarks.dedup.run_datatrove", str(corpus.folder), str(work),
+         "--bands", str(bands), "--rows", str(rows), "--workers", str(args.cores)],
+        {},
+    )  # fmt: skip
+    tool = f"datatrove {_version('datatrove')} ({bands}x{rows})"
+    return {"tool": tool, "seconds": seconds, "clusters": _datatrove_clusters(work)}
+
+
+def _score(results: list[dict], corpus, args: argparse.Namespace) -> float:
+    """Add throughput and accuracy against the exact ground truth to each result; the truth's seconds."""
+    from benchmarks.dedup.corpus import read_records
+    from benchmarks.dedup.truth import score
+    from pipelines.dedup_stages import DedupConfig
+    from pipelines.similarity import exact_clusters
 
     records = read_records(corpus.folder)
-    ids = [r["id"] for r in records]
     start = time.monotonic()
-    cfg = DedupConfig()
-    truth = exact_clusters([r["text"] for r in records], cfg.shingles, args.threshold)
+    truth = exact_clusters([r["text"] for r in records], DedupConfig().shingles, args.threshold)
     truth_s = time.monotonic() - start
-    rows_out = []
+    ids = [r["id"] for r in records]
     for result in results:
         quality = score(ids, result.pop("clusters"), truth)
-        seconds = result["seconds"]
         result.update(
-            docs_per_s=corpus.documents / seconds,
-            mb_per_s_per_core=corpus.megabytes / seconds / args.cores,
+            docs_per_s=corpus.documents / result["seconds"],
+            mb_per_s_per_core=corpus.megabytes / result["seconds"] / args.cores,
             precision=quality.precision,
             recall=quality.recall,
             f1=quality.f1,
             true_pairs=quality.true_pairs,
         )
-        rows_out.append(result)
-    _print_table(rows_out, corpus, args.cores, truth_s)
-    summary = {"corpus": {"documents": corpus.documents, "mb": corpus.megabytes}, "cores": args.cores,
-               "threshold": args.threshold, "results": rows_out}  # fmt: skip
-    (args.workdir / f"results-{label}-{stamp}.json").write_text(json.dumps(summary, indent=2))
-    return 0
+    return truth_s
 
 
 def _ingest_once(folder: Path, home: Path, env: dict[str, str]) -> None:

@@ -94,7 +94,7 @@ def test_planted_duplicates_are_found_kept_by_rule_and_explained(spark, catalog)
     assert summary["factory.job"] == "dedup"
     assert json.loads(summary["factory.inputs"]) == [{"table": "raw.docs", "snapshot_id": snapshot_id}]
     params = json.loads(summary["factory.params"])
-    assert (params["threshold"], params["num_perm"], params["bands"], params["rows"]) == (0.8, 128, 12, 10)
+    assert (params["threshold"], params["num_perm"], params["bands"], params["rows"]) == (0.8, 128, 14, 9)
     assert snapshot_stats(table.current_snapshot()) == s
 
     again = dedup(spark, catalog, DedupOptions(inputs=["raw.docs"], output="dedup.docs", run_id="planted"))
