@@ -10,9 +10,10 @@ Stages (each a plain function of ``dedup_stages``, ``minhash``, ``shingles`` run
    and the LSH band hashes of its MinHash signature, computed in ``mapInArrow`` tasks over
    Arrow batches (only these small rows are shuffled afterwards, never the texts);
 2. exact duplicates: documents with the same exact key; the group's smallest key stands for it;
-3. candidates: documents sharing a band hash, linked as a star to the bucket's smallest
-   document (linear in the bucket, never all its pairs); documents with fewer than
-   ``min_shingles`` shingles have no bands and are deduplicated exactly only;
+3. candidates: documents sharing a band hash: every pair of a small bucket, and in a bucket of
+   more than ``PAIRS_BUCKET_LIMIT`` documents each member with its few smallest ones (linear in
+   the bucket, never all its pairs); documents with fewer than ``min_shingles`` shingles have no
+   bands and are deduplicated exactly only;
 4. verification (``--verify``, default): each candidate pair's exact Jaccard similarity, from
    both texts; pairs under the threshold are dropped, so false positives cannot chain clusters;
 5. clusters: connected components of the verified pairs (``components.py``, in Spark);
@@ -71,6 +72,10 @@ CLUSTER_ROWS_PER_FILE = 4_000_000
 # texts of compared documents up to this many bytes are broadcast rather than shuffled.
 BROADCAST_KEYS = 2_000_000
 BROADCAST_TEXT_BYTES = 64 << 20
+# LSH buckets up to this size give all their pairs as candidates; in a larger one each member is
+# paired with the bucket's BUCKET_ANCHORS smallest members (as NeMo Curator's anchor documents).
+PAIRS_BUCKET_LIMIT = 32
+BUCKET_ANCHORS = 4
 
 # Internal document key: the side ("0" reference, "1" input) then doc_id. Reference documents
 # sort first, so a cluster's smallest key tells whether it holds published data; input and
@@ -217,7 +222,7 @@ class _Work:
         ).first()
         self.mean_length = counts["bytes"] / max(1, counts["all"])
         log.info("features of %d document(s) in %.1fs", counts["all"], clock.lap())
-        candidates = self._keep(_candidates(exact))
+        candidates = self._keep(_candidates(_bucket_members(exact)))
         n_candidates = candidates.count()
         log.info("%d candidate pair(s) from LSH buckets in %.1fs", n_candidates, clock.lap())
         edges, n_edges = candidates, n_candidates
@@ -325,19 +330,37 @@ def _features(texts: DataFrame, cfg: DedupConfig) -> DataFrame:
     return texts.mapInArrow(features, FEATURES_SCHEMA)
 
 
-def _candidates(exact: DataFrame) -> DataFrame:
-    """Pairs (bucket minimum, member) of exact-group representatives sharing a band hash."""
+def _bucket_members(exact: DataFrame) -> DataFrame:
+    """``(_band, _hash, _key, _size, _rank)`` of every exact-group representative in a shared LSH bucket."""
     bands = exact.where((F.col("_key") == F.col("_rep")) & F.col("_bands").isNotNull()).select(
         "_key", F.posexplode("_bands").alias("_band", "_hash")
     )
-    # A star to the bucket's smallest member: a bucket of k documents gives k-1 pairs, not k².
-    smallest = F.min("_key").over(Window.partitionBy("_band", "_hash"))
+    bucket = Window.partitionBy("_band", "_hash")
     return (
-        bands.withColumn("_min", smallest)
-        .where(F.col("_key") != F.col("_min"))
+        bands.withColumn("_size", F.count("*").over(bucket))
+        .where(F.col("_size") > 1)
+        .withColumn("_rank", F.row_number().over(bucket.orderBy("_key")))
+    )
+
+
+def _candidates(members: DataFrame) -> DataFrame:
+    """Candidate pairs (a < b) from shared buckets: all pairs of a small bucket; in a large one,
+    each member with the bucket's few smallest members (its anchors).
+
+    Anchors keep a bucket of k documents at about BUCKET_ANCHORS·k pairs (10,000 licence headers:
+    40,000 pairs, not 50 million). One anchor, a plain star, is not enough once pairs are
+    verified: a true pair whose documents both differ from it would be lost. Small buckets, the
+    common case, give all their pairs.
+    """
+    limit = F.when(F.col("_size") <= PAIRS_BUCKET_LIMIT, PAIRS_BUCKET_LIMIT).otherwise(BUCKET_ANCHORS)
+    anchors = members.where(F.col("_rank") <= limit).select("_band", "_hash", F.col("_key").alias("a"))
+    return (
+        members.select("_band", "_hash", F.col("_key").alias("b"))
+        .join(anchors, ["_band", "_hash"])
+        .where(F.col("a") < F.col("b"))
         # Pairs within the --against snapshot cannot change what happens to an input document.
-        .where(~(F.col("_min").startswith(REFERENCE) & F.col("_key").startswith(REFERENCE)))
-        .select(F.col("_min").alias("a"), F.col("_key").alias("b"))
+        .where(~(F.col("a").startswith(REFERENCE) & F.col("b").startswith(REFERENCE)))
+        .select("a", "b")
         .distinct()
     )
 
