@@ -45,7 +45,14 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from pipelines.catalog import ensure_table, load_catalog, resolve
-from pipelines.commit import CommitResult, Run, commit_files, existing_commits, runs_already_committed
+from pipelines.commit import (
+    CommitResult,
+    Run,
+    commit_files,
+    existing_commits,
+    runs_already_committed,
+    summary_properties,
+)
 from pipelines.components import connected_components
 from pipelines.dedup_stages import (
     FEATURES_SCHEMA,
@@ -72,6 +79,10 @@ CLUSTER_ROWS_PER_FILE = 4_000_000
 # texts of compared documents up to this many bytes are broadcast rather than shuffled.
 BROADCAST_KEYS = 2_000_000
 BROADCAST_TEXT_BYTES = 64 << 20
+# Shuffles of small rows (features, band hashes, pairs) get one partition per this many rows,
+# counted from the data, so a small job runs few tasks and a big one many, whatever
+# spark.sql.shuffle.partitions says; the result does not depend on it either way.
+ROWS_PER_PARTITION = 2_000_000
 # LSH buckets up to this size give all their pairs as candidates; in a larger one each member is
 # paired with the bucket's BUCKET_ANCHORS smallest members (as NeMo Curator's anchor documents).
 PAIRS_BUCKET_LIMIT = 32
@@ -143,6 +154,7 @@ class _Inputs:
     pinned: list[PinnedRef]
     schema: Schema
     reference: tuple[Table, PinnedRef] | None
+    records: int  # documents in all pinned snapshots (input and reference), from their metadata
 
 
 def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupResult:
@@ -168,7 +180,7 @@ def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupRes
         bands, rows, opts.config.shingles.unit, opts.config.shingles.n, opts.config.verify, run.run_id,
     )  # fmt: skip
 
-    work = _Work(spark, opts.config, _texts(spark, docs, inputs.reference))
+    work = _Work(spark, opts.config, _texts(spark, docs, inputs.reference), inputs.records)
     with session_conf(spark, NO_ADAPTIVE), work:
         decided, stats = work.run()
         n_rows = max(1, math.ceil(stats["documents-in"] / CLUSTER_ROWS_PER_FILE))
@@ -206,14 +218,18 @@ def _texts(spark: SparkSession, docs: DataFrame, reference: tuple[Table, PinnedR
 class _Work:
     """The Spark plan of one dedup run; holds what it persists so it can release it."""
 
-    def __init__(self, spark: SparkSession, cfg: DedupConfig, texts: DataFrame):
+    def __init__(self, spark: SparkSession, cfg: DedupConfig, texts: DataFrame, records: int):
         self.spark, self.cfg, self.texts = spark, cfg, texts
+        self.doc_parts = _partitions(records)
+        self.band_parts = _partitions(records * cfg.minhash.band_rows[0])
         self._persisted: list[DataFrame] = []
 
     def run(self) -> tuple[DataFrame, dict[str, int]]:
         clock = _Clock()
         exact = self._keep(
-            _features(self.texts, self.cfg).withColumn("_rep", F.min("_key").over(Window.partitionBy("_exact")))
+            _features(self.texts, self.cfg)
+            .repartition(self.doc_parts, "_exact")
+            .withColumn("_rep", F.min("_key").over(Window.partitionBy("_exact")))
         )
         counts = exact.agg(
             F.count("*").alias("all"),
@@ -222,7 +238,7 @@ class _Work:
         ).first()
         self.mean_length = counts["bytes"] / max(1, counts["all"])
         log.info("features of %d document(s) in %.1fs", counts["all"], clock.lap())
-        candidates = self._keep(_candidates(_bucket_members(exact)))
+        candidates = self._keep(_candidates(_bucket_members(exact, self.band_parts), self.band_parts))
         n_candidates = candidates.count()
         log.info("%d candidate pair(s) from LSH buckets in %.1fs", n_candidates, clock.lap())
         edges, n_edges = candidates, n_candidates
@@ -231,7 +247,9 @@ class _Work:
             n_edges = edges.count()
             log.info("%d pair(s) verified at Jaccard ≥ %s in %.1fs", n_edges, self.cfg.minhash.threshold, clock.lap())
         roots = connected_components(edges, "a", "b", edge_count=n_edges) if n_edges else None
-        decided = self._keep(_decide(exact, roots))
+        if roots is not None and 2 * n_edges <= BROADCAST_KEYS:
+            roots = F.broadcast(roots)
+        decided = self._keep(_decide(exact, roots, self.doc_parts))
         stats = _stats(decided)
         stats.update({"short-documents": counts["short"], "candidate-pairs": n_candidates, "verified-pairs": n_edges})
         log.info("clusters decided in %.1fs: %s", clock.lap(), stats)
@@ -241,8 +259,11 @@ class _Work:
         """One row per input document for the clusters table, with the similarity that justified it."""
         rows = decided
         if stats["near-duplicates"]:
-            near = decided.where(F.col("match") == "near").select("_key", "_keeper")
-            rows = rows.join(self._near_similarities(near, stats["near-duplicates"]), "_key", "left")
+            near = decided.where(F.col("match") == "near").select("_key", "_rep", "_keeper_rep")
+            similarity = self._near_similarities(near, stats["near-duplicates"])
+            if stats["near-duplicates"] <= BROADCAST_KEYS:
+                similarity = F.broadcast(similarity)
+            rows = rows.join(similarity, "_key", "left")
         else:
             rows = rows.withColumn("similarity", F.lit(None).cast("double")).withColumn(
                 "jaccard", F.lit(None).cast("double")
@@ -255,7 +276,9 @@ class _Work:
 
     def _verify(self, candidates: DataFrame, count: int) -> DataFrame:
         """Candidate pairs whose exact Jaccard similarity reaches the threshold, with it."""
-        pairs = self._attach(candidates, "a", "b", count)
+        # Kept: every near duplicate and its kept document are among these, for _near_similarities.
+        self.candidate_texts = self._keep(self._texts_of(candidates, "a", "b", count, self.texts))
+        pairs = self._attach(candidates, "a", "b", count, self.candidate_texts)
         cfg, threshold = self.cfg, self.cfg.minhash.threshold
 
         def verify(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -271,13 +294,20 @@ class _Work:
 
     def _near_similarities(self, near: DataFrame, count: int) -> DataFrame:
         """For each near duplicate: its similarity to the kept document, estimated by MinHash and exact
-        (the texts are at hand for the estimate, so the exact value costs little more)."""
-        pairs = self._attach(near, "_key", "_keeper", count)
+        (the texts are at hand for the estimate, so the exact value costs little more).
+
+        Computed between the representatives of their exact groups (same normalised text, same
+        shingles): those are the documents the candidate pairs named, whose texts are kept.
+        """
+        texts = self.candidate_texts if self.cfg.verify else self.texts
+        pairs = self._attach(
+            near, "_rep", "_keeper_rep", count, self._texts_of(near, "_rep", "_keeper_rep", count, texts)
+        )
         cfg = self.cfg
 
         def compare(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
-                sims = compare_pairs(cfg, batch.column("_key_text"), batch.column("_keeper_text"), estimate=True)
+                sims = compare_pairs(cfg, batch.column("_rep_text"), batch.column("_keeper_rep_text"), estimate=True)
                 yield pa.RecordBatch.from_arrays(
                     [batch.column("_key"), pa.array(sims["estimate"]), pa.array(sims["jaccard"])],
                     names=["_key", "similarity", "jaccard"],
@@ -285,16 +315,20 @@ class _Work:
 
         return pairs.mapInArrow(compare, "_key string, similarity double, jaccard double")
 
-    def _attach(self, pairs: DataFrame, left: str, right: str, count: int) -> DataFrame:
-        """``pairs`` (``count`` of them) with the text of both sides, read only for the documents named."""
-        nodes = pairs.select(F.col(left).alias("_key")).union(pairs.select(F.col(right).alias("_key"))).distinct()
+    def _texts_of(self, pairs: DataFrame, left: str, right: str, count: int, texts: DataFrame) -> DataFrame:
+        """``(_key, text)`` of the documents named in ``pairs`` (``count`` of them), picked from ``texts``."""
+        nodes = pairs.select(F.col(left).alias("_key")).union(pairs.select(F.col(right).alias("_key")))
+        nodes = nodes.repartition(_partitions(2 * count), "_key").distinct()
         if 2 * count <= BROADCAST_KEYS:  # filter without shuffling the texts
             nodes = F.broadcast(nodes)
-        wanted = self.texts.join(nodes, "_key", "left_semi")
+        return texts.join(nodes, "_key", "left_semi")
+
+    def _attach(self, pairs: DataFrame, left: str, right: str, count: int, texts: DataFrame) -> DataFrame:
+        """``pairs`` with the text of both sides, from ``texts`` (those of the pairs' documents)."""
         if 2 * count * self.mean_length <= BROADCAST_TEXT_BYTES:  # few texts: join them without shuffles
-            wanted = F.broadcast(wanted)
+            texts = F.broadcast(texts)
         for side in (left, right):
-            pairs = pairs.join(wanted.select(F.col("_key").alias(side), F.col("text").alias(f"{side}_text")), side)
+            pairs = pairs.join(texts.select(F.col("_key").alias(side), F.col("text").alias(f"{side}_text")), side)
         return pairs
 
     def _keep(self, df: DataFrame) -> DataFrame:
@@ -330,10 +364,12 @@ def _features(texts: DataFrame, cfg: DedupConfig) -> DataFrame:
     return texts.mapInArrow(features, FEATURES_SCHEMA)
 
 
-def _bucket_members(exact: DataFrame) -> DataFrame:
+def _bucket_members(exact: DataFrame, partitions: int) -> DataFrame:
     """``(_band, _hash, _key, _size, _rank)`` of every exact-group representative in a shared LSH bucket."""
-    bands = exact.where((F.col("_key") == F.col("_rep")) & F.col("_bands").isNotNull()).select(
-        "_key", F.posexplode("_bands").alias("_band", "_hash")
+    bands = (
+        exact.where((F.col("_key") == F.col("_rep")) & F.col("_bands").isNotNull())
+        .select("_key", F.posexplode("_bands").alias("_band", "_hash"))
+        .repartition(partitions, "_band", "_hash")
     )
     bucket = Window.partitionBy("_band", "_hash")
     return (
@@ -343,7 +379,7 @@ def _bucket_members(exact: DataFrame) -> DataFrame:
     )
 
 
-def _candidates(members: DataFrame) -> DataFrame:
+def _candidates(members: DataFrame, partitions: int) -> DataFrame:
     """Candidate pairs (a < b) from shared buckets: all pairs of a small bucket; in a large one,
     each member with the bucket's few smallest members (its anchors).
 
@@ -361,19 +397,21 @@ def _candidates(members: DataFrame) -> DataFrame:
         # Pairs within the --against snapshot cannot change what happens to an input document.
         .where(~(F.col("a").startswith(REFERENCE) & F.col("b").startswith(REFERENCE)))
         .select("a", "b")
+        .repartition(partitions, "a", "b")
         .distinct()
     )
 
 
-def _decide(exact: DataFrame, roots: DataFrame | None) -> DataFrame:
+def _decide(exact: DataFrame, roots: DataFrame | None, partitions: int) -> DataFrame:
     """Each input document's cluster, kept flag, kept document, and how it matched."""
     is_input = F.col("_key").startswith(INPUT)
     doc_id = F.expr("substring(_key, 2)")
-    clustered = exact.select("_key", "_exact", "_length", F.col("_rep").alias("_root"))
+    clustered = exact.select("_key", "_exact", "_length", "_rep", F.col("_rep").alias("_root"))
     if roots is not None:  # exact groups joined by near-duplicate pairs: the component of their representative
         clustered = clustered.join(
             roots.select(F.col("node").alias("_root"), F.col("component").alias("_component")), "_root", "left"
         ).withColumn("_root", F.coalesce("_component", "_root"))
+    clustered = clustered.repartition(partitions, "_root")
     cluster = Window.partitionBy("_root")
     # The rule that picks the kept document depends on the data alone: reference documents
     # first, then the longest text, then the smallest key.
@@ -383,6 +421,7 @@ def _decide(exact: DataFrame, roots: DataFrame | None) -> DataFrame:
     decided = (
         clustered.withColumn("_keeper", F.first("_key").over(best))
         .withColumn("_keeper_exact", F.first("_exact").over(best))
+        .withColumn("_keeper_rep", F.first("_rep").over(best))
         .withColumn("cluster_id", F.min(F.when(is_input, doc_id)).over(cluster))
         .withColumn("cluster_size", F.count(F.when(is_input, 1)).over(cluster))
         .where(is_input)
@@ -401,6 +440,8 @@ def _decide(exact: DataFrame, roots: DataFrame | None) -> DataFrame:
         .otherwise("near")
         .alias("match"),
         "_keeper",
+        "_rep",
+        "_keeper_rep",
         "_length",
     )
 
@@ -412,12 +453,19 @@ def _stats(decided: DataFrame) -> dict[str, int]:
         F.count(F.when(F.col("match") == "exact", 1)).alias("exact-duplicates"),
         F.count(F.when(F.col("match") == "near", 1)).alias("near-duplicates"),
         F.count(F.when(F.col("against"), 1)).alias("against-duplicates"),
-        F.countDistinct(F.when((F.col("cluster_size") > 1) | F.col("against"), F.col("cluster_id"))).alias("clusters"),
+        # One row per cluster has doc_id == cluster_id; with --against no input document may be kept.
+        F.count(
+            F.when((F.col("doc_id") == F.col("cluster_id")) & ((F.col("cluster_size") > 1) | F.col("against")), 1)
+        ).alias("clusters"),
         F.coalesce(F.max("cluster_size"), F.lit(0)).alias("largest-cluster"),
         F.coalesce(F.sum("_length"), F.lit(0)).alias("bytes-in"),
         F.coalesce(F.sum(F.when(F.col("kept"), F.col("_length"))), F.lit(0)).alias("bytes-kept"),
     ).first()
     return {name: int(row[name]) for name in row.asDict()}
+
+
+def _partitions(rows: int) -> int:
+    return max(1, math.ceil(rows / ROWS_PER_PARTITION))
 
 
 def _kept_documents(docs: DataFrame, decided: DataFrame, schema: Schema, partitions: int) -> DataFrame:
@@ -460,7 +508,16 @@ def _resolve_inputs(catalog: Catalog, opts: DedupOptions) -> _Inputs:
         table, ref = resolve(catalog, opts.against)
         require_columns(table.schema(), ("doc_id", "text"), opts.against)
         reference = (table, ref)
-    return _Inputs(tables, pinned, schemas[0], reference)
+    snapshots = [(t, p.snapshot_id) for t, p in zip(tables, pinned, strict=True)]
+    if reference:
+        snapshots.append((reference[0], reference[1].snapshot_id))
+    records = sum(_record_count(t, snapshot_id) for t, snapshot_id in snapshots)
+    return _Inputs(tables, pinned, schemas[0], reference, records)
+
+
+def _record_count(table: Table, snapshot_id: int) -> int:
+    summary = summary_properties(table.snapshot_by_id(snapshot_id))
+    return int(summary.get("total-records", 0))
 
 
 def _snapshot_schema(table: Table, snapshot_id: int) -> Schema:
@@ -501,7 +558,8 @@ def _read_inputs(spark: SparkSession, inputs: _Inputs) -> DataFrame:
 
 def _refuse_colliding_ids(docs: DataFrame, inputs: _Inputs) -> None:
     """doc_ids must be unique across the inputs: the output keeps them as its unique ids."""
-    repeated = docs.groupBy("doc_id").count().where(F.col("count") > 1)
+    repeated = docs.select("doc_id").repartition(_partitions(inputs.records), "doc_id").groupBy("doc_id").count()
+    repeated = repeated.where(F.col("count") > 1)
     examples = [row.doc_id for row in repeated.limit(3).collect()]
     if examples:
         names = ", ".join(map(str, inputs.pinned))

@@ -21,9 +21,10 @@ from pipelines.similarity import pair_jaccard
 
 # With --verify every candidate pair is checked exactly, so a false positive costs one check
 # while a false negative is a duplicate kept: bands × rows are chosen weighing false negatives
-# 0.9. For threshold 0.8 and 128 perms that is 14 × 9, which makes a pair at J = 0.8 a candidate
-# with p = 0.87 and at J = 0.9 with p = 0.999, where datasketch's 0.5 gives 9 × 13 (0.40, 0.93).
-# On 200 MB of real Python source it found 98% of the near-duplicate pairs, 9 × 13 found 84%.
+# 0.95. For threshold 0.8 and 128 perms that is 16 × 8: a pair at J = 0.8 becomes a candidate
+# with p = 0.95 and at J = 0.9 with p = 0.9999, where datasketch's 0.5 gives 9 × 13 (0.40, 0.93);
+# at J = 0.5, a pair to check, p = 0.06. On 200 MB of real Python source 16 × 8 made 99.8% of
+# the near-duplicate pairs candidates, 14 × 9 98%, 12 × 10 96% and 9 × 13 84%.
 VERIFIED_FN_WEIGHT = 0.95
 
 
