@@ -75,11 +75,13 @@ def _pin_component(catalog: Catalog, spec: ComponentSpec, weight: float) -> Comp
 
 
 def bind_filter(text: str | None, schema: Schema, label: str) -> BooleanExpression:
-    """The row filter bound to the snapshot's schema: unknown columns and bad literals fail here."""
+    """The row filter, checked against the snapshot's schema: unknown columns and bad literals fail here."""
     if text is None:
         return AlwaysTrue()
     try:
-        return bind(schema, parse(text), case_sensitive=True)
+        expression = parse(text)
+        bind(schema, expression, case_sensitive=True)
+        return expression  # scans bind it themselves
     except Exception as exc:  # pyiceberg raises ValueError for unknown fields, TypeError for literals
         columns = ", ".join(f.name for f in schema.fields)
         raise MixtureSpecError(f"{label}: filter {text!r} does not fit the table ({exc}); columns: {columns}") from exc

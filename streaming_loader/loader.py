@@ -83,13 +83,14 @@ class StreamingLoader:
         self.plan = StreamPlan.from_manifest(
             manifest, config.shards, config.shuffle_window, config.split, config.read_bytes
         )
-        self.schedule = MixSchedule([c.weight for c in manifest.components], config.global_batch_size)
+        weights = [c.weight for c in self.plan.components]
+        self.schedule = MixSchedule(weights, config.global_batch_size)
         self._backend = self._make_backend()
         self._batch = 0
         self._deficits = self.schedule.initial_deficits()
         self._streams: dict[tuple[int, int], SubStream] = {}
         self._cursors = {s: {n: Cursor() for n in self.components} for s in config.rank_shards}
-        self.metrics = LoaderMetrics(self.components, [c.weight for c in manifest.components], config.log_interval_s)
+        self.metrics = LoaderMetrics(self.components, [w / sum(weights) for w in weights], config.log_interval_s)
         log.info(
             "loader: %s (%s), %d component(s), seq_len %d, global batch %d, rank %d/%d serves logical shards "
             "%d-%d of %d, backend %s",

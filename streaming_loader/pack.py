@@ -3,7 +3,9 @@
 Documents follow each other in stream order, each ending with the end-of-document token. With
 ``concat`` packing a window takes the next ``seq_len + 1`` tokens wherever documents start or
 end; with ``pad`` a document that does not fit in what is left of a window starts the next one
-(the rest is padding), and only a document longer than a whole window is split.
+(the rest is padding), and only a document longer than a whole window is split. A window that
+ends mid-document is followed by one that starts with its last token (it was only a label),
+so every token of a document is trained on as the successor of the one before it.
 
 Packing is sequential by nature (where a window ends decides where the next starts), so it
 runs in the consuming process, where the order is known; readers only read and tokenize.
@@ -89,6 +91,8 @@ class SubStream:
             self._tok = end
             if end == total:
                 self._doc, self._tok = self._doc + 1, 0
+        if filled == length and self._tok > 0:
+            self._tok -= 1  # ended mid-document: the next window starts with this one's last token
         tokens = np.concatenate(pieces)
         if filled < length:
             tokens = np.concatenate([tokens, np.full(length - filled, self._eod[0], dtype=np.int32)])

@@ -50,13 +50,15 @@ class ComponentPlan:
         return sum(self.counts)
 
     @classmethod
-    def from_manifest(cls, index: int, component: ComponentManifest, salt: str) -> ComponentPlan:
+    def from_manifest(cls, index: int, component: ComponentManifest, salt: str, split: str) -> ComponentPlan:
         rows = component.record_count
+        # The held-out stream mixes only the components that hold documents out, by their weights.
+        weight = component.weight if split == "train" or component.heldout_fraction > 0 else 0.0
         return cls(
             index=index,
             name=component.name,
             label=f"component {component.name!r} ({component.label})",
-            weight=component.weight,
+            weight=weight,
             paths=tuple(f.path for f in component.files),
             counts=tuple(f.record_count for f in component.files),
             row_groups=tuple(f.row_groups for f in component.files),
@@ -118,7 +120,9 @@ class StreamPlan:
         cls, manifest: Manifest, num_shards: int, shuffle_window: int, split: str, read_bytes: int = 8 << 20
     ) -> StreamPlan:
         salt = manifest.heldout.get("salt", "")
-        components = tuple(ComponentPlan.from_manifest(i, c, salt) for i, c in enumerate(manifest.components))
+        components = tuple(ComponentPlan.from_manifest(i, c, salt, split) for i, c in enumerate(manifest.components))
+        if not any(c.weight > 0 for c in components):
+            raise LoaderConfigError(f"no component of {manifest.name!r} has a held-out split (heldout_fraction)")
         return cls(manifest.seed, num_shards, shuffle_window, split, components, read_bytes)
 
     def unit_output_bytes(self, component: int) -> int:
