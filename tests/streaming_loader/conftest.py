@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,12 +50,31 @@ def mixture(tmp_path_factory) -> Mixture:
     return Mixture(home, manifest, filtered, tokenizer, catalog)
 
 
+@dataclass(frozen=True)
+class RayCluster:
+    raylet_pid: int
+    """The parent of every worker process of this cluster."""
+    spill_dir: Path
+    """Where Ray would spill objects to disk (the loader must never make it)."""
+    session_dir: Path
+
+
 @pytest.fixture(scope="session")
-def ray_cluster():
+def ray_cluster(tmp_path_factory) -> RayCluster:
     """One local Ray for the whole session (it takes 5-10 s to start)."""
     import ray
 
     os.environ.setdefault("RAY_DISABLE_USAGE_STATS", "1")
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=300 << 20, logging_level="WARNING")
-    yield ray
+    spill = tmp_path_factory.mktemp("ray-spill")
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=300 << 20,
+        logging_level="WARNING",
+        _system_config={
+            "object_spilling_config": json.dumps({"type": "filesystem", "params": {"directory_path": str(spill)}})
+        },
+    )
+    node = ray._private.worker._global_node  # the only way to the raylet's pid (to kill its workers)
+    yield RayCluster(node.all_processes["raylet"][0].process.pid, spill, Path(node.get_session_dir_path()))
     ray.shutdown()
