@@ -45,7 +45,7 @@ MAX_TASK_RETRIES = 3
 # Ray Data retries a task whose worker died without bound (max_retries=-1); bound it so a
 # reader that keeps dying fails the stream clearly. Ray 2.60 has no named parameter for it yet.
 _TASK_OPTIONS = {"max_retries": MAX_TASK_RETRIES}
-_UNIT_FIELDS = ("component", "shard", "epoch", "block", "n_blocks")
+_UNIT_FIELDS = ("component", "shard", "epoch", "first", "count")
 _OUTPUT_SCHEMA = pa.schema(
     [
         ("seq", pa.int64()),
