@@ -143,6 +143,7 @@ class StreamingLoader:
         if len(deficits) != len(self.components):
             raise LoaderConfigError("the state's schedule does not match the manifest's components")
         self._close_streams()
+        self._backend.reset()
         self._batch, self._deficits, self._cursors = batch, deficits, cursors
 
     @property
