@@ -1,6 +1,6 @@
 """Loader benchmark: the loader, both backends, against bare ``tokenizer.encode_batch``.
 
-    .venv/bin/python benchmarks/loader/run.py            # about 3-4 minutes on 2 cores
+    .venv/bin/python benchmarks/loader/run.py            # about 5 minutes on 2 quiet cores
 
 One command, same machine, same cores, same texts (the Python standard library's source,
 written to Iceberg tables here). It measures, each in a fresh process:
@@ -256,7 +256,7 @@ def main() -> int:
     parser.add_argument("--small-mb", type=int, default=8, help="size of the small table")
     parser.add_argument("--large-mb", type=int, default=64, help="size of the large table")
     parser.add_argument("--vocab", type=int, default=16384, help="tokenizer vocabulary")
-    parser.add_argument("--tokens", type=int, default=4_000_000, help="tokens per throughput measurement")
+    parser.add_argument("--tokens", type=int, default=16_000_000, help="tokens per throughput measurement")
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--batch", type=int, default=16, help="global batch size (sequences)")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
