@@ -9,9 +9,9 @@ one token of the sub-stream and the rows around it are found by arithmetic, with
 anything before it.
 
 A *unit* is a run of consecutive positions that one task reads and tokenizes. Units only cut
-the work, never change what the stream contains: a sub-stream's first units are small, so the
-first batch comes quickly however many sub-streams a rank serves, and they double up to
-``read_bytes`` of text, so that steady work comes in pieces big enough to amortise a task.
+the work, never change what the stream contains: they are whole blocks (so each block is read
+once), except in the block where a sub-stream starts, whose units start small and double, so
+the first batch comes quickly however many sub-streams a rank serves.
 """
 
 from __future__ import annotations
@@ -151,17 +151,27 @@ class StreamPlan:
     # --- units ------------------------------------------------------------------------------
 
     def units_from(self, component: int, shard: int, epoch: int, position: int) -> Iterator[Unit]:
-        """Units of the sub-stream, in order, from ``position`` on (endless, epoch after epoch)."""
-        length = self.slice_length(component, shard)
+        """Units of the sub-stream, in order, from ``position`` on (endless, epoch after epoch).
+
+        A reader reads whole shuffle blocks, so units are whole blocks (as many as fit in
+        ``read_bytes``, at least one) and each block is read once; only the block a sub-stream
+        starts in is cut into small units that double from ``first_read_bytes``, so the first
+        batch does not wait for whole blocks of every sub-stream.
+        """
+        length, window = self.slice_length(component, shard), self.shuffle_window
         per_row = max(self.components[component].bytes_per_row, 1.0)
         size = max(1, int(self.first_read_bytes / per_row))
-        most = max(1, int(self.read_bytes / per_row))
+        blocks = max(1, int(self.read_bytes / (per_row * window)))
         while True:
             while position < length:
-                count = min(size, length - position)
+                block_end = min((position // window + 1) * window, length)
+                if position % window or size < block_end - position:
+                    count = min(size, block_end - position)  # the ramp, inside the first block
+                    size *= 2
+                else:
+                    count = min(blocks * window, length - position)
                 yield Unit(component, shard, epoch, position, count)
                 position += count
-                size = min(2 * size, most)
             epoch, position = epoch + 1, 0
 
     def positions(self, unit: Unit) -> tuple[int, int]:

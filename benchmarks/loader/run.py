@@ -30,6 +30,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+# A reader decodes a row group from its start, so the tables keep one file and row-group size
+# (8 MB) and only their length differs between the small and the large one.
+FILE_BYTES = 8e6
 sys.path.insert(0, str(REPO))
 
 
@@ -70,8 +73,9 @@ def write_table(catalog, name: str, texts: list[tuple[str, str]], megabytes: int
                 break
         copy += 1
     schema = arrow_schema(DOCUMENT_SCHEMA)
-    per_file = -(-len(rows) // 4)
-    for start in range(0, len(rows), per_file):  # a few files, as a job would write them
+    files = max(1, round(size / FILE_BYTES))  # files (and row groups) of one size whatever the table's
+    per_file = -(-len(rows) // files)
+    for start in range(0, len(rows), per_file):
         table.append(pa.Table.from_pylist(rows[start : start + per_file], schema=schema))
     return size
 
@@ -160,7 +164,7 @@ def measure_baseline(home: Path, tokens: int) -> dict:
     return {"tokens": produced, "seconds": elapsed, "tokens_per_s": produced / elapsed}
 
 
-def measure_stream(home: Path, backend: str, corpus: str, tokens: int, seq_len: int, batch: int) -> dict:
+def measure_stream(home: Path, backend: str, corpus: str, tokens: int, seq_len: int, batch: int, window: int) -> dict:
     from streaming_loader import StreamingLoader
 
     ray_init_s, raylet = 0.0, None
@@ -176,7 +180,7 @@ def measure_stream(home: Path, backend: str, corpus: str, tokens: int, seq_len: 
     started = time.perf_counter()
     loader = StreamingLoader.from_manifest(
         home / f"{corpus}.json", home / "tokenizer.json", seq_len=seq_len, global_batch_size=batch,
-        backend=backend, log_interval_s=0,
+        backend=backend, shuffle_window=window, log_interval_s=0,
     )  # fmt: skip
     next(loader)
     first = time.perf_counter() - started
@@ -201,7 +205,7 @@ def measure_stream(home: Path, backend: str, corpus: str, tokens: int, seq_len: 
     }
 
 
-def measure_seek(home: Path, backend: str, seq_len: int, batch: int) -> dict:
+def measure_seek(home: Path, backend: str, seq_len: int, batch: int, window: int) -> dict:
     from streaming_loader import StreamingLoader
 
     if backend == "ray":
@@ -212,7 +216,7 @@ def measure_seek(home: Path, backend: str, seq_len: int, batch: int) -> dict:
     def fresh():
         return StreamingLoader.from_manifest(
             home / "large.json", home / "tokenizer.json", seq_len=seq_len, global_batch_size=batch,
-            backend=backend, log_interval_s=0,
+            backend=backend, shuffle_window=window, log_interval_s=0,
         )  # fmt: skip
 
     with fresh() as warm:  # a real state, then the same cursors moved a thousand epochs on
@@ -253,8 +257,12 @@ def run_child(home: Path, common: list[str], *args: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", type=Path, help="working folder (default: a fresh temporary one)")
-    parser.add_argument("--small-mb", type=int, default=8, help="size of the small table")
-    parser.add_argument("--large-mb", type=int, default=64, help="size of the large table")
+    parser.add_argument("--small-mb", type=int, default=16, help="size of the small table")
+    parser.add_argument("--large-mb", type=int, default=128, help="size of the large table")
+    parser.add_argument(
+        "--shuffle-window", type=int, default=64,
+        help="rows (source files average 17 KB: 64 rows is about 1 MB, one read of steady work)",
+    )  # fmt: skip
     parser.add_argument("--vocab", type=int, default=16384, help="tokenizer vocabulary")
     parser.add_argument("--tokens", type=int, default=16_000_000, help="tokens per throughput measurement")
     parser.add_argument("--seq-len", type=int, default=2048)
@@ -266,9 +274,11 @@ def main() -> int:
         if kind == "baseline":
             result = measure_baseline(args.home, args.tokens)
         elif kind == "stream":
-            result = measure_stream(args.home, rest[0], rest[1], args.tokens, args.seq_len, args.batch)
+            result = measure_stream(
+                args.home, rest[0], rest[1], args.tokens, args.seq_len, args.batch, args.shuffle_window
+            )
         else:
-            result = measure_seek(args.home, rest[0], args.seq_len, args.batch)
+            result = measure_seek(args.home, rest[0], args.seq_len, args.batch, args.shuffle_window)
         print(json.dumps(result))
         return 0
 
@@ -277,6 +287,7 @@ def main() -> int:
     setup = prepare(home, args.small_mb, args.large_mb, args.vocab)
     print(f"corpus bytes {setup['bytes']}; tokenizer trained in {setup['tokenizer_train_s']:.1f}s", flush=True)
     common = ["--tokens", str(args.tokens), "--seq-len", str(args.seq_len), "--batch", str(args.batch)]
+    common += ["--shuffle-window", str(args.shuffle_window)]
     baseline = run_child(home, common, "baseline")
     print(f"(a) encode_batch: {baseline['tokens_per_s']:,.0f} tokens/s", flush=True)
     streams = []

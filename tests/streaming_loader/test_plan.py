@@ -68,10 +68,17 @@ def test_documents_are_shuffled_only_within_their_window():
         assert sorted(rows[block * 8 : block * 8 + 8]) == list(range(block * 8, block * 8 + 8))
 
 
-def test_units_start_at_a_position_grow_to_the_read_size_and_go_on_forever():
-    p = plan(counts=(30,), shards=1, window=4, read_bytes=8, first_read_bytes=2)
-    units = list(itertools.islice(p.units_from(0, 0, epoch=5, position=13), 5))
-    assert [(u.epoch, u.first, u.count) for u in units] == [(5, 13, 2), (5, 15, 4), (5, 19, 8), (5, 27, 3), (6, 0, 8)]
+def test_units_ramp_up_in_the_first_block_then_are_whole_blocks_forever():
+    p = plan(counts=(30,), shards=1, window=4, read_bytes=8, first_read_bytes=1)
+    units = list(itertools.islice(p.units_from(0, 0, epoch=5, position=9), 6))
+    assert [(u.epoch, u.first, u.count) for u in units] == [
+        (5, 9, 1),
+        (5, 10, 2),
+        (5, 12, 8),
+        (5, 20, 8),
+        (5, 28, 2),
+        (6, 0, 8),
+    ]
     for read_bytes in (1, 3, 100):  # however the work is cut, the stream's order is the same
         assert rows_of(plan(read_bytes=read_bytes, first_read_bytes=1), 2, 1) == rows_of(plan(), 2, 1)
 
