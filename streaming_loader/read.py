@@ -67,10 +67,9 @@ def _read_segment(component: ComponentPlan, segment: Segment) -> pa.Table:
                 break
     except (OSError, ValueError) as exc:  # a truncated or corrupt file fails while decoding
         raise DataFileError(f"{component.label}: cannot read data file {path}: {exc}") from exc
-    table = pa.Table.from_batches(batches, schema=parquet.schema_arrow.select(columns) if not batches else None)
-    if table.num_rows < want:
+    if seen < skip + want:
         raise DataFileError(f"{component.label}: data file {path} has fewer rows than the manifest says")
-    return table.slice(0, want)
+    return pa.Table.from_batches(batches).slice(0, want)
 
 
 def _columns(component: ComponentPlan) -> list[str]:
