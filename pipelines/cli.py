@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "snapshots": ("pipelines.explore", "list a table's snapshots with how each was made"),
     "show": ("pipelines.explore", "print the first rows of a table or pinned snapshot"),
     "tag": ("pipelines.explore", "name a snapshot with a tag"),
+    "tokenizer": ("streaming_loader.tokenizer_command", "build a byte-level BPE tokenizer from pinned snapshots"),
+    "mix": ("mixtures.command", "pin a mixture spec to snapshot ids and data files"),
     "gc": ("pipelines.garbage", "remove staged files of runs that never committed"),
     "demo": ("pipelines.demo", "run the chain on the embedded default with a built-in corpus"),
 }
