@@ -39,3 +39,15 @@ class CommitError(FactoryError):
 
 class MissingDependencyError(FactoryError):
     """Something the machine must provide (Java, a binary, a package) is missing."""
+
+
+class FilterConfigError(FactoryError):
+    """A quality-filter config file is missing, malformed or has a bad value."""
+
+
+class ValidationFailedError(FactoryError):
+    """The data checks of an audited snapshot failed; main was left unchanged."""
+
+
+class PublishRefusedError(FactoryError):
+    """main moved (or diverged) while a snapshot was audited; main was left unchanged."""
