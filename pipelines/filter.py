@@ -142,7 +142,9 @@ def filter_documents(
     done = find_run_snapshot(job.output, run_id)
     if done is not None and find_run_snapshot(job.quarantine, run_id) is not None:
         log.info("run %s is already published to %s; nothing to do", run_id, opts.output)
-        return _existing_result(job, done.snapshot_id)
+        result = _existing_result(job, done.snapshot_id)
+        _tag(job, result)  # in case the run died between publishing and tagging
+        return result
     if opts.tag and opts.tag in job.output.metadata.refs:
         raise InputError(f"{opts.output} already has a ref named {opts.tag!r}; choose another --tag")
 
@@ -176,10 +178,14 @@ def filter_documents(
     with _timed(seconds, "publish"):
         result.published = publish(catalog, opts.output_id, result.audited_snapshot_id)
         remove_branch(catalog, opts.output_id, job.branch)
-    if opts.tag:
-        published = load_table(catalog, opts.output_id)
-        tag_snapshot(published, PinnedRef(opts.output_id, result.audited_snapshot_id, None), opts.tag)
+    _tag(job, result)
     return result
+
+
+def _tag(job: _Job, result: FilterRunResult) -> None:
+    if job.opts.tag:
+        table = load_table(job.catalog, job.opts.output_id)
+        tag_snapshot(table, PinnedRef(job.opts.output_id, result.audited_snapshot_id, None), job.opts.tag)
 
 
 @contextlib.contextmanager
@@ -233,19 +239,9 @@ def report_location(catalog: Catalog, table: Table, identifier: tuple[str, ...],
 
 
 def _filter_and_commit(job: _Job) -> None:
-    frame = read_snapshot(job.spark, job.source, job.pinned.snapshot_id, job.pinned.table_name)
-    marked = mark_documents(frame, job.config)
-    scan = job.source.scan(snapshot_id=job.pinned.snapshot_id).plan_files()
-    input_bytes = sum(task.file.file_size_in_bytes for task in scan)
-    n_out = max(1, math.ceil(input_bytes / OUTPUT_FILE_BYTES))
-    routed = (
-        _with_columns_of(marked, job.output)
-        .withColumn("stage", F.lit(STAGE))
-        .withColumn("run_id", F.lit(job.run.run_id))
-        .withColumn("_count_key", F.concat_ws("\t", "filter", "reason"))
-        .repartition(n_out, "doc_id")
-        .sortWithinPartitions("doc_id")
-    )
+    files = [task.file for task in job.source.scan(snapshot_id=job.pinned.snapshot_id).plan_files()]
+    n_out = max(1, math.ceil(sum(f.file_size_in_bytes for f in files) / OUTPUT_FILE_BYTES))
+    row_groups = sum(len(f.split_offsets or ()) or 1 for f in files)  # the most read tasks Spark can make
     targets = {
         "documents": Target.for_table(
             job.output, job.run.staging_prefix(job.output), arrow_schema(job.output.schema())
@@ -257,7 +253,21 @@ def _filter_and_commit(job: _Job) -> None:
             count_column="_count_key",
         ),
     }
-    with _small_read_splits(job.spark):
+    with _many_read_splits(job.spark) as tasks:
+        frame = read_snapshot(job.spark, job.source, job.pinned.snapshot_id, job.pinned.table_name)
+        if row_groups < tasks:
+            # Spark splits Parquet only between row groups: an input of few, large ones would
+            # be filtered by few tasks. Spread the documents over the cores first; the shuffle
+            # costs little beside the filters.
+            frame = frame.repartition(tasks, "doc_id")
+        routed = (
+            _with_columns_of(mark_documents(frame, job.config), job.output)
+            .withColumn("stage", F.lit(STAGE))
+            .withColumn("run_id", F.lit(job.run.run_id))
+            .withColumn("_count_key", F.concat_ws("\t", "filter", "reason"))
+            .repartition(n_out, "doc_id")
+            .sortWithinPartitions("doc_id")
+        )
         written = write_staged(routed, targets)
     kept, refused = written["documents"], written["quarantine"]
     stats = {"documents-in": kept.records + refused.records, "kept": kept.records, "quarantined": refused.records}
@@ -268,22 +278,20 @@ def _filter_and_commit(job: _Job) -> None:
 
 
 @contextlib.contextmanager
-def _small_read_splits(spark: SparkSession) -> Iterator[None]:
-    """Split the input into several tasks per core while this job's read is planned.
+def _many_read_splits(spark: SparkSession) -> Iterator[int]:
+    """Plan this job's read as several tasks per core; yields how many it aims for.
 
     Filtering costs far more per byte than reading, so a small input read as one split would
     leave cores idle; Spark's defaults (4 MiB open cost, one split per core) do just that. The
     output does not depend on the split: rows are re-partitioned by doc_id before writing.
     """
-    conf = {
-        "spark.sql.files.openCostInBytes": str(64 << 10),
-        "spark.sql.files.minPartitionNum": str(4 * spark.sparkContext.defaultParallelism),
-    }
+    tasks = 8 * spark.sparkContext.defaultParallelism  # small tasks: a slow document holds up less
+    conf = {"spark.sql.files.openCostInBytes": str(64 << 10), "spark.sql.files.minPartitionNum": str(tasks)}
     previous = {key: spark.conf.get(key, None) for key in conf}
     for key, value in conf.items():
         spark.conf.set(key, value)
     try:
-        yield
+        yield tasks
     finally:
         for key, value in previous.items():
             if value is None:

@@ -117,7 +117,8 @@ def publish_snapshot(table: Table, snapshot_id: int, name: str) -> Published:
     if not is_ancestor(table, main, snapshot_id):
         raise PublishRefusedError(
             f"{name}: main moved to snapshot {main} while snapshot {snapshot_id} was audited, and {main} is not "
-            f"an ancestor of it; main was left unchanged. Re-run the job on the new state of the table."
+            f"an ancestor of it; main was left unchanged. Run the job again with a new run id to filter "
+            f"against the new state of the table."
         )
     # set_current_snapshot requires (AssertRefSnapshotId) that main is still `main` at commit.
     table.manage_snapshots().set_current_snapshot(snapshot_id=snapshot_id).commit()
