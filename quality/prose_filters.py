@@ -9,6 +9,7 @@ reason. Their word tokenizer is checked to run offline (``quality.tokenizer``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 
 from quality.base import Doc, FilterResult, QualityFilter, fraction, require
@@ -38,22 +39,29 @@ class _DatatroveFilter(QualityFilter):
         keep, reason = verdict if isinstance(verdict, tuple) else (verdict, None)
         if keep:
             return FilterResult.kept()
-        return FilterResult(False, reason or self.name, text_profile(doc.text, self.language))
+        return FilterResult(False, reason or self.name, text_profile(doc.text))
 
 
-def text_profile(text: str, language: str) -> dict[str, float]:
-    """The basic numbers most prose rules are made of, to show beside a drop reason."""
+# A whitespace-separated word with at least one letter.
+_ALPHA_WORD = re.compile(r"\S*[^\W\d_]\S*")
+
+
+def text_profile(text: str) -> dict[str, float]:
+    """The basic numbers most prose rules are made of, to show beside a drop reason.
+
+    Plain string operations, no word tokenizer: a filter may drop a document before it
+    tokenizes it, and tokenizing again just to explain the drop would cost a fifth of the run.
+    """
     from datatrove.pipeline.filters.gopher_repetition_filter import find_duplicates
-    from datatrove.utils.text import split_into_words
 
-    words = split_into_words(text, language)  # cached by datatrove for the text just filtered
+    words = text.split()
     lines = [line for line in text.splitlines() if line.strip()]
     return {
         "chars": len(text),
         "lines": len(lines),
-        "words": len(words),
+        "words": len(words),  # whitespace-separated
         "mean_word_length": sum(map(len, words)) / len(words) if words else 0.0,
-        "alpha_word_fraction": sum(any(c.isalpha() for c in w) for w in words) / len(words) if words else 0.0,
+        "alpha_word_fraction": len(_ALPHA_WORD.findall(text)) / len(words) if words else 0.0,
         "duplicate_line_fraction": find_duplicates(lines)[0] / len(lines) if lines else 0.0,
     }
 

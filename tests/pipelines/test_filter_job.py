@@ -91,7 +91,7 @@ def test_filter_publishes_kept_documents_and_quarantines_the_rest(spark, catalog
     by_id = {r["doc_id"]: r for r in refused}
     assert all(r["stage"] == "filter" and r["run_id"] == "f-1" and r["source"] == "web" for r in refused)
     assert json.loads(by_id["huge"]["metrics"])["n_bytes"] == len(BAD["huge"])
-    assert json.loads(by_id["hello"]["metrics"])["words"] == 2
+    assert json.loads(by_id["hello"]["metrics"])["words"] == 1
     assert by_id["blank"]["detail"].startswith("ZeroDivisionError") and by_id["blank"]["metrics"] is None
     assert by_id["spam"]["record"] == BAD["spam"].encode()
 
