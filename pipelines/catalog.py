@@ -15,7 +15,12 @@ from pathlib import Path
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog import load_catalog as _pyiceberg_load_catalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NamespaceAlreadyExistsError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask, Table
@@ -73,14 +78,30 @@ def load_table(catalog: Catalog, identifier: tuple[str, ...]) -> Table:
 
 
 def ensure_table(catalog: Catalog, identifier: tuple[str, ...], schema: Schema) -> Table:
-    """Create the table (and its namespace) if missing; safe when two jobs race to create it."""
+    """Create the table (and its namespace) if missing; safe when two jobs race to create it.
+
+    An existing table that lacks some of ``schema``'s columns gains them (schema evolution by
+    name; rows written before read them as null), so a job can add optional columns to a
+    table another job made.
+    """
     namespace = identifier[:-1]
     with contextlib.suppress(NamespaceAlreadyExistsError):  # lost a creation race: fine
         catalog.create_namespace_if_not_exists(namespace)
     try:
         return catalog.create_table(identifier, schema, properties=TABLE_PROPERTIES)
     except TableAlreadyExistsError:
-        return catalog.load_table(identifier)
+        pass
+    for _ in range(8):
+        table = catalog.load_table(identifier)
+        have = {f.name for f in table.schema().fields}
+        if all(f.name in have for f in schema.fields):
+            return table
+        try:
+            with table.update_schema() as update:
+                update.union_by_name(schema)
+        except CommitFailedException:  # another writer changed the table first: look again
+            continue
+    return catalog.load_table(identifier)
 
 
 def resolve(catalog: Catalog, text: str) -> tuple[Table, PinnedRef]:

@@ -16,6 +16,7 @@ from pipelines.exceptions import FactoryError
 COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("pipelines.ingest", "raw records (JSONL, Parquet, source trees) into a document table"),
     "dedup": ("pipelines.dedup", "exact and MinHash-LSH near-duplicate removal over pinned document tables"),
+    "filter": ("pipelines.filter", "quality-filter a document table, validate it and publish it"),
     "tables": ("pipelines.explore", "list tables with their current snapshot and size"),
     "snapshots": ("pipelines.explore", "list a table's snapshots with how each was made"),
     "show": ("pipelines.explore", "print the first rows of a table or pinned snapshot"),

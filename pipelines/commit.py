@@ -61,6 +61,8 @@ class Run:
     run_id: str
     params: Mapping[str, object]
     inputs: Sequence[Mapping[str, object]]
+    # Further summary properties a job records, e.g. ``factory.filter-config-sha256``.
+    properties: Mapping[str, str] = field(default_factory=dict)
     attempt_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     def __post_init__(self) -> None:
@@ -68,6 +70,8 @@ class Run:
             raise InvalidIdentifierError(
                 f"invalid run id {self.run_id!r}: letters, digits, '_', '.', '-', at most 128 characters"
             )
+        if any(not key.startswith("factory.") for key in self.properties):
+            raise ValueError(f"run properties must be factory.* names, got {sorted(self.properties)}")
 
     @staticmethod
     def new_id(job: str) -> str:
@@ -86,6 +90,7 @@ class Run:
             "factory.inputs": json.dumps(list(self.inputs), sort_keys=True),
             "factory.params": json.dumps(dict(self.params), sort_keys=True, default=str),
             "factory.code-version": code_version(),
+            **self.properties,
         }
         props.update({f"factory.stats.{name}": str(value) for name, value in stats.items()})
         return props

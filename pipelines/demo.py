@@ -7,25 +7,30 @@ the licence files of the installed Python packages. Nothing is downloaded.
 Then dedup: ``raw.code`` → ``dedup.code`` and ``raw.text`` → ``dedup.text``, printing what it
 removed (licence texts and copyright files repeat a lot).
 
-Run ids are derived from the corpus listing and, for dedup, from the pinned input snapshot and
-the parameters, so running the demo again is a no-op.
+Then it filters the demo tables (``dedup.*`` when they exist, else ``raw.*``) with the shipped
+``code`` and ``text`` configs into ``filtered.*``, validates, publishes and tags them.
+
+Run ids are derived from the corpus listing and, for dedup and filter, from the pinned input
+snapshot and the parameters or config, so running the demo again is a no-op.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import sys
 import sysconfig
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pyiceberg.catalog import Catalog
 
 from pipelines.catalog import factory_home, load_catalog, resolve
-from pipelines.explore import format_rows, format_tables
+from pipelines.explore import format_rows, format_tables, tag
 from pipelines.ingest import IngestOptions, format_result, ingest
 from pipelines.ingest_inputs import discover
 from pipelines.ingest_records import RecordConfig
@@ -76,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     spark = get_spark("factory-demo")
     _step("ingest", lambda: _ingest_all(spark, catalog))
     _step("dedup", lambda: _dedup_all(spark, catalog))
+    _step("filter", lambda: _filter_all(spark, catalog))
     print()
     print(format_tables(catalog))
     _step("mix", lambda: _mix_and_stream(catalog))
@@ -144,6 +150,42 @@ def _removed_examples(catalog: Catalog, source: PinnedRef, clusters: str, snapsh
         how = "same text" if r["match"] == "exact" else f"near, Jaccard {r['jaccard'] or r['similarity']:.2f}"
         lines.append(f"    {path.get(r['doc_id'])}  duplicates  {path.get(r['duplicate_of'])}  ({how})")
     return "\n".join(lines)
+
+
+def _filter_all(spark, catalog: Catalog) -> None:
+    """Filter dedup.* (raw.* before dedup exists), validate, publish and tag filtered.*."""
+    from pipelines.catalog import resolve
+    from pipelines.filter import FilterOptions, filter_documents
+    from pipelines.filter import format_result as format_filter_result
+    from quality.config import load_config
+
+    for kind in ("code", "text"):
+        source = next((f"{ns}.{kind}" for ns in ("dedup", "raw") if catalog.table_exists((ns, kind))), None)
+        if source is None:
+            continue
+        _, pinned = resolve(catalog, source)
+        config = load_config(kind)
+        digest = hashlib.sha256(f"{pinned}|{config.sha256}".encode()).hexdigest()[:12]
+        opts = FilterOptions(str(pinned), f"filtered.{kind}", kind, run_id=f"demo-filter-{kind}-{digest}")
+        print(f"· {source}@{pinned.snapshot_id} → filtered.{kind} (config {kind}, sha256 {config.sha256[:12]})")
+        result = filter_documents(spark, catalog, opts)
+        print(format_filter_result(result))
+        table = catalog.load_table(("filtered", kind))
+        name = _published_tag(table, result.audited_snapshot_id)
+        tag(table, PinnedRef(("filtered", kind), result.audited_snapshot_id, None), name)
+        print(f"  tagged filtered.{kind}@{name}")
+
+
+def _published_tag(table, snapshot_id: int) -> str:
+    """``published-<day the snapshot was made>``, the same name on every re-run of the demo."""
+    snapshot = table.snapshot_by_id(snapshot_id)
+    day = datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC).strftime("%Y%m%d")
+    for n in itertools.count(1):
+        name = f"published-{day}" + (f".{n}" if n > 1 else "")
+        ref = table.metadata.refs.get(name)
+        if ref is None or ref.snapshot_id == snapshot_id:
+            return name
+    raise AssertionError("unreachable")
 
 
 # The most refined table of each kind the earlier steps made (the chain's later jobs write the first ones).

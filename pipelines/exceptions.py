@@ -67,3 +67,15 @@ class LoaderStateError(FactoryError):
 
 class StreamError(FactoryError):
     """The loader's readers failed (a Ray task or worker kept failing) and the stream cannot go on."""
+
+
+class FilterConfigError(FactoryError):
+    """A quality-filter config file is missing, malformed or has a bad value."""
+
+
+class ValidationFailedError(FactoryError):
+    """The data checks of an audited snapshot failed; main was left unchanged."""
+
+
+class PublishRefusedError(FactoryError):
+    """main moved (or diverged) while a snapshot was audited; main was left unchanged."""

@@ -31,6 +31,14 @@ QUARANTINE_SCHEMA = Schema(
     NestedField(8, "run_id", StringType(), required=True, doc="the run that refused it"),
 )
 
+# Optional quarantine columns a stage may add (the filter job does). A quarantine table made
+# without them gains them by schema evolution (catalog.ensure_table); older rows read null.
+QUARANTINE_SCHEMA_WITH_METRICS = Schema(
+    *QUARANTINE_SCHEMA.fields,
+    NestedField(9, "filter", StringType(), required=False, doc="the filter (or check) that refused it"),
+    NestedField(10, "metrics", StringType(), required=False, doc="JSON of the values behind the reason"),
+)
+
 # Enough of a refused record to see what was wrong with it, bounded so one huge bad record
 # cannot bloat the quarantine table.
 QUARANTINE_RECORD_BYTES = 64 * 1024

@@ -34,7 +34,7 @@ class Target:
     prefix: str
     schema: pa.Schema
     io_properties: Mapping[str, str]
-    count_column: str | None = None  # report the number of rows per value of this column
+    count_column: str | None = None  # report the number of rows per value of this column (written or not)
 
     @classmethod
     def for_table(cls, table: Table, prefix: str, schema: pa.Schema, count_column: str | None = None) -> Target:
@@ -91,10 +91,10 @@ def _write_partition(batches: Iterator[pa.RecordBatch], targets: Mapping[str, Ta
         for batch in batches:
             routed = batch.column(TARGET_COLUMN)
             for name, target in targets.items():
-                part = pa.Table.from_batches([batch]).filter(pc.equal(routed, name))
-                if part.num_rows == 0:
+                rows = pa.Table.from_batches([batch]).filter(pc.equal(routed, name))
+                if rows.num_rows == 0:
                     continue
-                part = part.select(target.schema.names).cast(target.schema)
+                part = rows.select(target.schema.names).cast(target.schema)
                 if name not in open_files:
                     path = f"{target.prefix}/part-{tag}-{uuid.uuid4().hex[:8]}.parquet"
                     stream = PyArrowFileIO(dict(target.io_properties)).new_output(path).create()
@@ -103,7 +103,7 @@ def _write_partition(batches: Iterator[pa.RecordBatch], targets: Mapping[str, Ta
                 open_files[name][1].write_table(part)
                 records[name] += part.num_rows
                 if target.count_column:
-                    values = part.column(target.count_column).to_pylist()
+                    values = rows.column(target.count_column).to_pylist()
                     counts[name].update(str(v) for v in values)
         maybe_fail("task-after-write")
     finally:

@@ -1,0 +1,453 @@
+"""Filter: quality filters over a pinned document table, validated, then published.
+
+    spark-submit pipelines/filter.py --input dedup.code --output filtered.code --config code
+    factory filter --input raw.text@v3 --output filtered.text --config my-text.toml --tag v3
+
+1. Spark tasks run the config's filters (``quality/``, plain Python) over the pinned input
+   in ``mapInArrow``; each document is kept or quarantined with the filter, the reason and
+   the metric values. A filter that raises quarantines that one document as
+   ``filter-error:<filter>``; the job goes on.
+2. Kept documents are committed to the branch ``audit-<run-id>`` of the output table, which
+   starts at main's head and holds exactly this run's kept documents: the output is the
+   filtered input, replacing what main held before (older versions stay as snapshots and tags).
+   Quarantined documents go straight to ``main`` of the quarantine table, tagged with the run
+   id: they never reach training, and the record of what was refused should not depend on
+   whether the rest passed.
+3. Great Expectations checks the audited snapshot, this run's quarantine rows and the
+   accounting (kept + quarantined = input, none both); the result (JSON and GX's HTML) is
+   stored under ``<warehouse>/validation/<ns>/<table>/<run-id>/`` and named in the summary.
+4. Only if every check passed, main moves to the audited snapshot, and only if main's head
+   is still its ancestor (``pipelines.publish``). Otherwise main is untouched, the branch and
+   report stay, and the command exits non-zero saying why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+from pipelines.catalog import ensure_table, load_catalog, load_table, resolve
+from pipelines.commit import Run, commit_files, find_run_snapshot, snapshot_stats
+from pipelines.exceptions import InputError, ValidationFailedError
+from pipelines.explore import tag as tag_snapshot
+from pipelines.publish import Published, publish, remove_branch, start_branch
+from pipelines.refs import PinnedRef, format_identifier, parse_identifier, validate_ref_name
+from pipelines.schemas import (
+    DOCUMENT_COLUMNS,
+    QUARANTINE_RECORD_BYTES,
+    QUARANTINE_SCHEMA_WITH_METRICS,
+    arrow_schema,
+    require_columns,
+)
+from pipelines.spark_session import get_spark, read_snapshot
+from pipelines.staging import Target, write_staged
+from quality.batches import VERDICT_FIELDS
+from quality.config import FilterConfig, load_config
+
+log = logging.getLogger("factory.filter")
+
+STAGE = "filter"
+# As ingest: output files are sized from the input (its data files' bytes), never from the
+# cluster, and rows are hash-partitioned and sorted by doc_id, so output is independent of
+# parallelism.
+OUTPUT_FILE_BYTES = 128 << 20
+# Columns the filter stage adds to each row (quality.batches); an input must not have them.
+_ADDED = StructType(
+    [StructField(name, BinaryType() if name == "record" else StringType()) for name, _ in VERDICT_FIELDS]
+)
+_RESERVED = {f.name for f in _ADDED.fields} | {"stage", "run_id", "_count_key"}
+
+
+@dataclass(frozen=True)
+class FilterOptions:
+    input: str  # NS.TABLE[@REF] of the documents to filter
+    output: str  # NS.TABLE whose main becomes the filtered input
+    config: str  # a filter config file, or the name of a shipped one (code, text)
+    quarantine: str | None = None  # default: <namespace of output>.quarantine
+    run_id: str | None = None
+    tag: str | None = None  # tag the published snapshot with this name
+
+    @property
+    def output_id(self) -> tuple[str, ...]:
+        return parse_identifier(self.output)
+
+    @property
+    def quarantine_id(self) -> tuple[str, ...]:
+        return parse_identifier(self.quarantine) if self.quarantine else (*self.output_id[:-1], "quarantine")
+
+
+@dataclass
+class FilterRunResult:
+    run_id: str
+    output: str
+    branch: str
+    audited_snapshot_id: int
+    quarantine_snapshot_id: int
+    report: str  # URI of validation.json
+    stats: dict[str, int] = field(default_factory=dict)
+    published: Published | None = None
+    already_committed: bool = False  # the run was already published: nothing was done
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time of each step this call ran
+
+
+@dataclass
+class _Job:
+    """What the steps of one run share."""
+
+    spark: SparkSession
+    catalog: Catalog
+    opts: FilterOptions
+    config: FilterConfig
+    run: Run
+    source: Table
+    pinned: PinnedRef
+    output: Table
+    quarantine: Table
+
+    @property
+    def branch(self) -> str:
+        return f"audit-{self.run.run_id}"
+
+    def reload(self) -> None:
+        self.output = load_table(self.catalog, self.opts.output_id)
+        self.quarantine = load_table(self.catalog, self.opts.quarantine_id)
+
+
+def filter_documents(
+    spark: SparkSession,
+    catalog: Catalog,
+    opts: FilterOptions,
+    *,
+    before_publish: Callable[[], None] | None = None,
+) -> FilterRunResult:
+    """Filter, validate and publish; raises ``ValidationFailedError`` or ``PublishRefusedError``.
+
+    ``before_publish`` runs between validation and publishing (tests race a writer there).
+    """
+    job = _prepare(spark, catalog, opts)
+    run_id = job.run.run_id
+    done = find_run_snapshot(job.output, run_id)
+    if done is not None and find_run_snapshot(job.quarantine, run_id) is not None:
+        log.info("run %s is already published to %s; nothing to do", run_id, opts.output)
+        result = _existing_result(job, done.snapshot_id)
+        _tag(job, result)  # in case the run died between publishing and tagging
+        return result
+    if opts.tag and opts.tag in job.output.metadata.refs:
+        raise InputError(f"{opts.output} already has a ref named {opts.tag!r}; choose another --tag")
+
+    seconds = {}
+    if find_run_snapshot(job.output, run_id, job.branch) is None or find_run_snapshot(job.quarantine, run_id) is None:
+        log.info("filter %s → %s with %s (run %s)", job.pinned, opts.output, job.config.path, run_id)
+        with _timed(seconds, "filter"):
+            _filter_and_commit(job)
+        job.reload()
+    audited = find_run_snapshot(job.output, run_id, job.branch)
+    result = FilterRunResult(
+        run_id=run_id,
+        output=opts.output,
+        branch=job.branch,
+        audited_snapshot_id=audited.snapshot_id,
+        quarantine_snapshot_id=find_run_snapshot(job.quarantine, run_id).snapshot_id,
+        report=job.run.properties["factory.validation"],
+        stats=snapshot_stats(audited),
+        seconds=seconds,
+    )
+
+    with _timed(seconds, "validate"):
+        report = _validate(job, result)
+    if not report.success:
+        raise ValidationFailedError(
+            f"{opts.output}: validation failed: {'; '.join(report.failures())}. main is unchanged; the audited "
+            f"snapshot {result.audited_snapshot_id} stays on branch {job.branch}; report: {result.report}"
+        )
+    if before_publish is not None:
+        before_publish()
+    with _timed(seconds, "publish"):
+        result.published = publish(catalog, opts.output_id, result.audited_snapshot_id)
+        remove_branch(catalog, opts.output_id, job.branch)
+    _tag(job, result)
+    return result
+
+
+def _tag(job: _Job, result: FilterRunResult) -> None:
+    if job.opts.tag:
+        table = load_table(job.catalog, job.opts.output_id)
+        tag_snapshot(table, PinnedRef(job.opts.output_id, result.audited_snapshot_id, None), job.opts.tag)
+
+
+@contextlib.contextmanager
+def _timed(seconds: dict[str, float], step: str) -> Iterator[None]:
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        seconds[step] = round(time.monotonic() - start, 3)
+        log.info("%s took %.1fs", step, seconds[step])
+
+
+def _prepare(spark: SparkSession, catalog: Catalog, opts: FilterOptions) -> _Job:
+    """Check the inputs and options, make the output tables, name the run."""
+    config = load_config(opts.config)
+    if opts.tag:
+        validate_ref_name(opts.tag)
+    source, pinned = resolve(catalog, opts.input)
+    require_columns(source.schema(), DOCUMENT_COLUMNS, opts.input)
+    clash = sorted(_RESERVED & {f.name for f in source.schema().fields})
+    if clash:
+        raise InputError(f"{opts.input} has column(s) {clash} that the filter stage adds; rename them first")
+    output = ensure_table(catalog, opts.output_id, source.schema())
+    quarantine = ensure_table(catalog, opts.quarantine_id, QUARANTINE_SCHEMA_WITH_METRICS)
+    run_id = opts.run_id or Run.new_id("filter")
+    params = {
+        "output": opts.output,
+        "quarantine": format_identifier(opts.quarantine_id),
+        "config": config.describe(),
+        "tag": opts.tag,
+    }
+    properties = {
+        "factory.filter-config-sha256": config.sha256,
+        # Written after this commit, at this fixed place; main only ever reaches a snapshot
+        # whose report there passed.
+        "factory.validation": report_location(catalog, output, opts.output_id, run_id) + "/validation.json",
+    }
+    run = Run(job="filter", run_id=run_id, params=params, inputs=[pinned.as_input()], properties=properties)
+    return _Job(spark, catalog, opts, config, run, source, pinned, output, quarantine)
+
+
+def report_location(catalog: Catalog, table: Table, identifier: tuple[str, ...], run_id: str) -> str:
+    """``<warehouse>/validation/<ns>/<table>/<run-id>`` (beside the table when the catalog names no warehouse)."""
+    warehouse = catalog.properties.get("warehouse")
+    if warehouse:
+        return f"{warehouse.rstrip('/')}/validation/{'/'.join(identifier)}/{run_id}"
+    return f"{table.location().rstrip('/')}/validation/{run_id}"
+
+
+# --- filtering on Spark ----------------------------------------------------------------------
+
+
+def _filter_and_commit(job: _Job) -> None:
+    files = [task.file for task in job.source.scan(snapshot_id=job.pinned.snapshot_id).plan_files()]
+    n_out = max(1, math.ceil(sum(f.file_size_in_bytes for f in files) / OUTPUT_FILE_BYTES))
+    row_groups = sum(len(f.split_offsets or ()) or 1 for f in files)  # the most read tasks Spark can make
+    targets = {
+        "documents": Target.for_table(
+            job.output, job.run.staging_prefix(job.output), arrow_schema(job.output.schema())
+        ),
+        "quarantine": Target.for_table(
+            job.quarantine,
+            job.run.staging_prefix(job.quarantine),
+            arrow_schema(QUARANTINE_SCHEMA_WITH_METRICS),
+            count_column="_count_key",
+        ),
+    }
+    with _many_read_splits(job.spark) as tasks:
+        frame = read_snapshot(job.spark, job.source, job.pinned.snapshot_id, job.pinned.table_name)
+        if row_groups < tasks:
+            # Spark splits Parquet only between row groups: an input of few, large ones would
+            # be filtered by few tasks. Spread the documents over the cores first; the shuffle
+            # costs little beside the filters.
+            frame = frame.repartition(tasks, "doc_id")
+        routed = (
+            _with_columns_of(mark_documents(frame, job.config), job.output)
+            .withColumn("stage", F.lit(STAGE))
+            .withColumn("run_id", F.lit(job.run.run_id))
+            .withColumn("_count_key", F.concat_ws("\t", "filter", "reason"))
+            .repartition(n_out, "doc_id")
+            .sortWithinPartitions("doc_id")
+        )
+        written = write_staged(routed, targets)
+    kept, refused = written["documents"], written["quarantine"]
+    stats = {"documents-in": kept.records + refused.records, "kept": kept.records, "quarantined": refused.records}
+    stats.update(drop_stats(refused.counts))
+    commit_files(job.catalog, job.opts.quarantine_id, refused.files, job.run, stats)
+    start_branch(job.catalog, job.opts.output_id, job.branch, empty=True)
+    commit_files(job.catalog, job.opts.output_id, kept.files, job.run, stats, branch=job.branch)
+
+
+@contextlib.contextmanager
+def _many_read_splits(spark: SparkSession) -> Iterator[int]:
+    """Plan this job's read as several tasks per core; yields how many it aims for.
+
+    Filtering costs far more per byte than reading, so a small input read as one split would
+    leave cores idle; Spark's defaults (4 MiB open cost, one split per core) do just that. The
+    output does not depend on the split: rows are re-partitioned by doc_id before writing.
+    """
+    tasks = 8 * spark.sparkContext.defaultParallelism  # small tasks: a slow document holds up less
+    conf = {"spark.sql.files.openCostInBytes": str(64 << 10), "spark.sql.files.minPartitionNum": str(tasks)}
+    previous = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield tasks
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def drop_stats(counts: dict[str, int]) -> dict[str, int]:
+    """``filter\\treason`` counts → ``dropped.<filter>`` and ``dropped.<filter>.<reason>``."""
+    stats: dict[str, int] = {}
+    for key, n in sorted(counts.items()):
+        name, _, reason = key.partition("\t")
+        stats[f"dropped.{name}"] = stats.get(f"dropped.{name}", 0) + n
+        stats[f"dropped.{name}.{reason}"] = n
+    return stats
+
+
+def mark_documents(frame: DataFrame, config: FilterConfig) -> DataFrame:
+    """Each row with the chain's verdict: ``_target`` documents|quarantine, filter, reason, …"""
+    with open(config.path, encoding="utf-8") as f:
+        source = (f.read(), config.path, config.sha256)
+    schema = StructType(frame.schema.fields + _ADDED.fields)
+
+    def mark(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # Only quality.batches is imported on the executors: this closure refers to nothing else.
+        from quality.batches import chain_from_source, filter_batch
+
+        chain = chain_from_source(*source)
+        for batch in batches:
+            yield filter_batch(chain, batch, QUARANTINE_RECORD_BYTES)
+
+    return frame.mapInArrow(mark, schema)
+
+
+def _with_columns_of(frame: DataFrame, table: Table) -> DataFrame:
+    """Add, as nulls, the output table's columns the input lacks (an output evolved earlier)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    wanted = from_arrow_schema(arrow_schema(table.schema()))
+    for column in wanted.fields:
+        if column.name not in frame.columns:
+            frame = frame.withColumn(column.name, F.lit(None).cast(column.dataType))
+    return frame
+
+
+# --- validation ------------------------------------------------------------------------------
+
+
+def _validate(job: _Job, result: FilterRunResult):
+    from quality.validation import (
+        accounting_checks,
+        accounting_frame,
+        document_checks,
+        documents_frame,
+        quarantine_checks,
+        validate,
+        write_report,
+    )
+
+    kept = read_snapshot(job.spark, job.output, result.audited_snapshot_id, f"{result.output}@{result.branch}")
+    refused = read_snapshot(job.spark, job.quarantine, result.quarantine_snapshot_id, "quarantine")
+    inputs = read_snapshot(job.spark, job.source, job.pinned.snapshot_id, job.pinned.table_name).select("doc_id")
+    # Small projections, cached for the many Spark jobs GX runs (one or more per expectation).
+    documents = documents_frame(kept).persist()
+    refused = refused.where(F.col("run_id") == job.run.run_id).select("doc_id", "stage", "reason", "filter").persist()
+    accounting = accounting_frame(inputs, documents, refused).persist()
+    try:
+        report = validate(
+            {
+                "documents": (documents, document_checks(job.config.n_bytes_bounds(), job.config.sources)),
+                "quarantine": (refused, quarantine_checks(STAGE)),
+                "accounting": (accounting, accounting_checks(result.stats["documents-in"])),
+            }
+        )
+    finally:
+        for frame in (documents, refused, accounting):
+            frame.unpersist()
+    write_report(
+        report,
+        result.report.rsplit("/", 1)[0],
+        job.output.io.properties,
+        run_id=job.run.run_id,
+        table=result.output,
+        audited_snapshot_id=result.audited_snapshot_id,
+        input=job.pinned.as_input(),
+        config_sha256=job.config.sha256,
+        stats=result.stats,
+    )
+    return report
+
+
+def _existing_result(job: _Job, snapshot_id: int) -> FilterRunResult:
+    snapshot = job.output.snapshot_by_id(snapshot_id)
+    return FilterRunResult(
+        run_id=job.run.run_id,
+        output=job.opts.output,
+        branch=job.branch,
+        audited_snapshot_id=snapshot_id,
+        quarantine_snapshot_id=find_run_snapshot(job.quarantine, job.run.run_id).snapshot_id,
+        report=snapshot.summary.get("factory.validation", ""),
+        stats=snapshot_stats(snapshot),
+        published=Published(job.opts.output, snapshot_id, None, already=True),
+        already_committed=True,
+    )
+
+
+# --- command line ---------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser, _name: str = "filter") -> None:
+    parser.add_argument("--input", required=True, metavar="NS.TABLE[@REF]", help="the documents to filter")
+    parser.add_argument("--output", required=True, metavar="NS.TABLE", help="table whose main becomes the result")
+    parser.add_argument(
+        "--config", required=True, metavar="FILE", help="filter config (TOML); `code` or `text` for the shipped ones"
+    )
+    parser.add_argument(
+        "--quarantine", metavar="NS.TABLE", help="where dropped documents go (default: <namespace>.quarantine)"
+    )
+    parser.add_argument("--tag", metavar="NAME", help="tag the published snapshot")
+    parser.add_argument("--run-id", help="id of this logical run; re-running an id already published is a no-op")
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = FilterOptions(args.input, args.output, args.config, args.quarantine, args.run_id, args.tag)
+    load_config(opts.config)  # a bad config fails here, before Spark starts
+    catalog = load_catalog(args.catalog)
+    result = filter_documents(get_spark("factory-filter"), catalog, opts)
+    print(format_result(result))
+    return 0
+
+
+def format_result(result: FilterRunResult) -> str:
+    s = result.stats
+    state = "already published: nothing done" if result.already_committed else "published to main"
+    lines = [
+        f"run {result.run_id} ({state})",
+        f"  {result.output}@{result.audited_snapshot_id}: {s.get('kept', 0)} documents kept",
+        f"  quarantined: {s.get('quarantined', 0)} of {s.get('documents-in', 0)}",
+        f"  validation: {result.report}",
+    ]
+    if result.seconds:
+        lines.append("  seconds: " + ", ".join(f"{step} {secs:.1f}" for step, secs in result.seconds.items()))
+    per_filter = {k.removeprefix("dropped."): v for k, v in s.items() if k.startswith("dropped.")}
+    for name, n in per_filter.items():
+        if "." not in name:
+            reasons = {k.split(".", 1)[1]: v for k, v in per_filter.items() if k.startswith(f"{name}.")}
+            lines.append(f"  dropped by {name}: {n} (" + ", ".join(f"{r}={v}" for r, v in reasons.items()) + ")")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from pipelines.cli import run_command
+
+    return run_command("filter", sys.argv[1:] if argv is None else argv, prog="filter.py")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Write-audit-publish on an Iceberg table (DESIGN.md, "Publishing a validated snapshot").
+
+A job commits its output to an audit branch that starts at main's head, validates the
+branch's snapshot, then moves main to it only if main's head is still an ancestor of it:
+main then gains exactly the audited snapshot and loses nothing another writer committed.
+
+pyiceberg's ``set_current_snapshot`` checks no ancestry (NOTES.md); the check is made here on
+the loaded metadata, and the ref update carries pyiceberg's ``AssertRefSnapshotId`` requirement
+for main's head as loaded, which the catalog checks atomically at commit: if main moved
+between the check and the commit, the commit fails and the check is made again on fresh
+metadata. A branch that does not exist yet would make pyiceberg start a snapshot with no
+parent (holding only the new files), so the branch is created at main's head first; a table
+with no snapshot at all first gets an empty one on main, as Iceberg writes to branches only
+of tables that have a snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import ancestors_of
+from sqlalchemy.exc import OperationalError
+
+from pipelines.catalog import load_table
+from pipelines.commit import MAIN_BRANCH
+from pipelines.exceptions import CommitError, PublishRefusedError
+from pipelines.refs import format_identifier, validate_ref_name
+
+log = logging.getLogger(__name__)
+
+# Errors after which nothing was changed and a fresh attempt on reloaded metadata is safe.
+_RETRYABLE = (CommitFailedException, OperationalError)
+
+
+@dataclass(frozen=True)
+class Published:
+    table: str
+    snapshot_id: int
+    previous_main: int | None  # main's head before; None when main had no snapshot
+    already: bool  # main already was at the snapshot
+
+
+def head(table: Table, branch: str = MAIN_BRANCH) -> int | None:
+    ref = table.metadata.refs.get(branch)
+    return ref.snapshot_id if ref is not None else None
+
+
+def is_ancestor(table: Table, ancestor_id: int | None, snapshot_id: int) -> bool:
+    """True when ``ancestor_id`` is ``snapshot_id`` or one of its ancestors (None: the empty table)."""
+    if ancestor_id is None:
+        return True
+    start = table.snapshot_by_id(snapshot_id)
+    return start is not None and any(s.snapshot_id == ancestor_id for s in ancestors_of(start, table.metadata))
+
+
+def start_branch(catalog: Catalog, identifier: tuple[str, ...], branch: str, *, empty: bool = False) -> Table:
+    """Create ``branch`` at main's head unless it exists; with ``empty``, drop its data files.
+
+    ``empty`` is for a job whose output replaces the table's content: the branch keeps main's
+    head as an ancestor (so publishing is a fast-forward) but holds only what the job adds.
+    """
+    validate_ref_name(branch)
+    name = format_identifier(identifier)
+    table = _retry(lambda: _create_branch(load_table(catalog, identifier), branch, name), name)
+    if empty and table.metadata.refs.get(branch) is not None and _has_files(table, branch):
+        # A snapshot on the private branch with no factory.run-id: a retried run still commits.
+        _retry(lambda: load_table(catalog, identifier).delete(AlwaysTrue(), branch=branch), name)
+        table = load_table(catalog, identifier)
+    return table
+
+
+def _create_branch(table: Table, branch: str, name: str) -> Table:
+    existing = table.metadata.refs.get(branch)
+    if existing is not None:
+        if existing.snapshot_ref_type != "branch":
+            raise PublishRefusedError(f"{branch!r} is a tag of {name}, not a branch")
+        return table
+    if head(table) is None:
+        # Iceberg writes to a branch only once the table has a snapshot: give main an empty one.
+        table.add_files(
+            [], snapshot_properties={"factory.job": "init", "factory.note": "empty root for audit branches"}
+        )
+    table.manage_snapshots().create_branch(head(table), branch).commit()
+    return table
+
+
+def _has_files(table: Table, branch: str) -> bool:
+    snapshot = table.snapshot_by_name(branch)
+    return snapshot is not None and int(snapshot.summary.get("total-data-files", "0") or 0) > 0
+
+
+def publish(catalog: Catalog, identifier: tuple[str, ...], snapshot_id: int, *, max_attempts: int = 8) -> Published:
+    """Move main to ``snapshot_id`` if main's head is still one of its ancestors.
+
+    Raises ``PublishRefusedError`` (main untouched) when main has moved elsewhere.
+    """
+    name = format_identifier(identifier)
+    return _retry(lambda: publish_snapshot(load_table(catalog, identifier), snapshot_id, name), name, max_attempts)
+
+
+def publish_snapshot(table: Table, snapshot_id: int, name: str) -> Published:
+    """One attempt on ``table``'s metadata as loaded (``name`` is for messages).
+
+    Raises ``CommitFailedException`` when main moved after ``table`` was loaded (the ref
+    update's requirement), ``PublishRefusedError`` when main is not an ancestor.
+    """
+    main = head(table)
+    if main == snapshot_id:
+        return Published(name, snapshot_id, main, already=True)
+    if not is_ancestor(table, main, snapshot_id):
+        raise PublishRefusedError(
+            f"{name}: main moved to snapshot {main} while snapshot {snapshot_id} was audited, and {main} is not "
+            f"an ancestor of it; main was left unchanged. Run the job again with a new run id to filter "
+            f"against the new state of the table."
+        )
+    # set_current_snapshot requires (AssertRefSnapshotId) that main is still `main` at commit.
+    table.manage_snapshots().set_current_snapshot(snapshot_id=snapshot_id).commit()
+    log.info("%s: main moved from %s to audited snapshot %s", name, main, snapshot_id)
+    return Published(name, snapshot_id, main, already=False)
+
+
+def remove_branch(catalog: Catalog, identifier: tuple[str, ...], branch: str) -> None:
+    """Drop a branch that served its purpose (best effort: a leftover branch costs nothing)."""
+    try:
+        table = load_table(catalog, identifier)
+        if branch in table.metadata.refs:
+            table.manage_snapshots().remove_branch(branch).commit()
+    except _RETRYABLE as exc:
+        log.warning("%s: could not remove branch %s (%s); remove it later", format_identifier(identifier), branch, exc)
+
+
+def _retry(action, name: str, max_attempts: int = 8):
+    last_error: Exception | None = None
+    for attempt in range(1, max_attempts + 1):
+        try:
+            return action()
+        except _RETRYABLE as exc:
+            last_error = exc
+            wait = min(0.1 * 2**attempt, 5.0) * (1 + random.random())
+            log.warning("%s: lost a race (%s); retry %d/%d in %.1fs", name, exc, attempt, max_attempts, wait)
+            time.sleep(wait)
+    raise CommitError(f"{name}: gave up after {max_attempts} attempts, other writers kept changing it ({last_error})")

@@ -1,0 +1,206 @@
+"""Source-code filters, after the practice of The Stack v2 / StarCoder2 and The Stack / StarCoder.
+
+datatrove has no code filters, so these are ours: each is a few lines of string statistics.
+Thresholds are the papers' defaults; ``quality/configs/code.toml`` sets them per language
+where practice differs (data formats such as JSON and YAML, prose formats such as Markdown).
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+
+import regex
+
+from quality.base import Doc, FilterResult, QualityFilter, fraction, require
+
+
+class SizeBounds(QualityFilter):
+    """Drop documents smaller or larger than the bounds (UTF-8 bytes)."""
+
+    name = "size"
+
+    @dataclass(frozen=True)
+    class Config:
+        min_bytes: int = 1  # smaller documents are dropped as too_small
+        max_bytes: int = 1 << 20  # larger documents are dropped as too_large
+
+        def __post_init__(self) -> None:
+            require(self.min_bytes >= 0, f"size.min_bytes must be zero or more, got {self.min_bytes}")
+            require(
+                self.max_bytes >= self.min_bytes, f"size.max_bytes must be at least min_bytes, got {self.max_bytes}"
+            )
+
+    def filter(self, doc: Doc) -> FilterResult:
+        size = doc.size
+        if size < self.config.min_bytes:
+            return FilterResult.dropped("too_small", n_bytes=size)
+        if size > self.config.max_bytes:
+            return FilterResult.dropped("too_large", n_bytes=size)
+        return FilterResult.kept(n_bytes=size)
+
+
+class MaxLineLength(QualityFilter):
+    """Drop files with a very long line: minified, generated or data, not hand-written code."""
+
+    name = "max_line_length"
+
+    @dataclass(frozen=True)
+    class Config:
+        max_chars: int = 1000  # The Stack: files with a line over 1000 characters are dropped
+
+        def __post_init__(self) -> None:
+            require(self.max_chars > 0, f"max_line_length.max_chars must be positive, got {self.max_chars}")
+
+    def filter(self, doc: Doc) -> FilterResult:
+        longest = max(map(len, doc.text.splitlines()), default=0)
+        if longest > self.config.max_chars:
+            return FilterResult.dropped("line_too_long", max_line_length=longest)
+        return FilterResult.kept(max_line_length=longest)
+
+
+class MeanLineLength(QualityFilter):
+    """Drop files whose lines are long on average."""
+
+    name = "mean_line_length"
+
+    @dataclass(frozen=True)
+    class Config:
+        max_chars: float = 100.0  # The Stack: files averaging over 100 characters a line are dropped
+
+        def __post_init__(self) -> None:
+            require(self.max_chars > 0, f"mean_line_length.max_chars must be positive, got {self.max_chars}")
+
+    def filter(self, doc: Doc) -> FilterResult:
+        lines = doc.text.splitlines()
+        mean = sum(map(len, lines)) / len(lines) if lines else 0.0
+        if mean > self.config.max_chars:
+            return FilterResult.dropped("mean_line_too_long", mean_line_length=mean)
+        return FilterResult.kept(mean_line_length=mean)
+
+
+class _CharacterFraction(QualityFilter):
+    """Drop files where too few characters are of a class (``_ascii`` and ``_is`` say which)."""
+
+    _ascii: bytes  # the ASCII characters of the class
+    _is: staticmethod  # str.isalnum or str.isalpha: the class in Unicode
+    _metric: str
+
+    @dataclass(frozen=True)
+    class Config:
+        min_fraction: float = 0.25  # files with a smaller fraction are dropped
+
+        def __post_init__(self) -> None:
+            fraction("min_fraction", self.min_fraction)
+
+    def filter(self, doc: Doc) -> FilterResult:
+        text = doc.text
+        value = self._count(text) / len(text) if text else 0.0
+        if value < self.config.min_fraction:
+            return FilterResult.dropped(f"low_{self._metric}", **{self._metric: value})
+        return FilterResult.kept(**{self._metric: value})
+
+    def _count(self, text: str) -> int:
+        # Most source files are ASCII: counting through bytes.translate is ~7x faster than
+        # testing each character; other text takes the Unicode-aware path.
+        if text.isascii():
+            data = text.encode("ascii")
+            return len(data) - len(data.translate(None, self._ascii))
+        return sum(map(self._is, text))
+
+
+class AlphanumericFraction(_CharacterFraction):
+    """The Stack: drop files with less than 25% alphanumeric characters."""
+
+    name = "alphanumeric_fraction"
+    _ascii = (string.ascii_letters + string.digits).encode()
+    _is = staticmethod(str.isalnum)
+    _metric = "alphanumeric_fraction"
+
+
+class AlphabeticFraction(_CharacterFraction):
+    """StarCoder2: drop files with less than 25% alphabetic characters (data, not code)."""
+
+    name = "alphabetic_fraction"
+    _ascii = string.ascii_letters.encode()
+    _is = staticmethod(str.isalpha)
+    _metric = "alphabetic_fraction"
+
+
+# StarCoder2 drops files that say they were generated in their first lines.
+AUTOGENERATED_MARKERS = (
+    "auto-generated",
+    "autogenerated",
+    "automatically generated",
+    "generated automatically",
+    "this file is generated",
+    "generated by",
+    "do not edit",
+)
+
+
+class Autogenerated(QualityFilter):
+    """Drop files whose first lines say they were generated by a tool."""
+
+    name = "autogenerated"
+
+    @dataclass(frozen=True)
+    class Config:
+        header_lines: int = 5  # how many of the first lines are searched
+        markers: tuple[str, ...] = AUTOGENERATED_MARKERS  # case-insensitive phrases that mark a generated file
+
+        def __post_init__(self) -> None:
+            require(self.header_lines > 0, f"autogenerated.header_lines must be positive, got {self.header_lines}")
+            require(
+                all(isinstance(m, str) and m for m in self.markers), "autogenerated.markers must be non-empty strings"
+            )
+            object.__setattr__(self, "markers", tuple(m.lower() for m in self.markers))
+
+    def filter(self, doc: Doc) -> FilterResult:
+        lines = doc.text.split("\n", self.config.header_lines)[: self.config.header_lines]
+        for number, line in enumerate(lines, start=1):
+            lowered = line.lower()
+            if any(marker in lowered for marker in self.config.markers):
+                return FilterResult.dropped("autogenerated", marker_line=number)
+        return FilterResult.kept()
+
+
+# StarCoder2's patterns for data embedded in code: base64 blobs, hex byte arrays, \u escapes.
+# The `regex` module runs the hex pattern twice as fast as `re`.
+_ENCODED = {
+    "base64": regex.compile(r"[a-zA-Z0-9+/\n=]{64,}"),
+    "hex": regex.compile(r"(?:\b(?:0x|\\x)?[0-9a-fA-F]{2}(?:,|\b\s*)){8,}"),
+    "unicode": regex.compile(r"(?:\\u[0-9a-fA-F]{4}){8,}"),
+}
+
+
+class EncodedData(QualityFilter):
+    """Drop files that are mostly encoded data, or hold one long encoded run."""
+
+    name = "encoded_data"
+
+    @dataclass(frozen=True)
+    class Config:
+        max_run_chars: int = 1024  # StarCoder2: a single match longer than this drops the file
+        max_fraction: float = 0.5  # StarCoder2: matches covering more than this fraction drop the file
+
+        def __post_init__(self) -> None:
+            require(self.max_run_chars > 0, f"encoded_data.max_run_chars must be positive, got {self.max_run_chars}")
+            fraction("encoded_data.max_fraction", self.max_fraction)
+
+    def filter(self, doc: Doc) -> FilterResult:
+        text = doc.text
+        matched, longest = 0, 0
+        for kind, pattern in _ENCODED.items():
+            if kind == "unicode" and "\\u" not in text:
+                continue  # cheap test that spares the scan on almost every file
+            for match in pattern.finditer(text):
+                length = match.end() - match.start()
+                matched += length
+                longest = max(longest, length)
+        share = matched / len(text) if text else 0.0
+        if longest > self.config.max_run_chars:
+            return FilterResult.dropped("encoded_run", encoded_run_chars=longest, encoded_fraction=share)
+        if share > self.config.max_fraction:
+            return FilterResult.dropped("encoded_fraction", encoded_run_chars=longest, encoded_fraction=share)
+        return FilterResult.kept(encoded_run_chars=longest, encoded_fraction=share)

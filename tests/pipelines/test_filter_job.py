@@ -1,0 +1,203 @@
+"""The filter job on real Spark (local[2]) and a real SQLite Iceberg catalog."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.catalog import ensure_table
+from pipelines.commit import snapshot_stats
+from pipelines.exceptions import PublishRefusedError, ValidationFailedError
+from pipelines.filter import FilterOptions, filter_documents
+from pipelines.publish import head
+from pipelines.schemas import DOCUMENT_SCHEMA, arrow_schema
+from quality.config import load_config
+from tests.conftest import REPO, run_factory
+from tests.documents import prose
+
+# Thresholds chosen so each bad document below is dropped by a different filter, and one
+# makes datatrove's Gopher quality filter raise (no minimum word count: it divides by zero).
+CONFIG = """
+filters = ["size", "gopher_quality", "gopher_repetition", "c4_quality"]
+sources = ["web"]
+[size]
+min_bytes = 1
+max_bytes = 20000
+[gopher_quality]
+min_doc_words = 0
+"""
+
+GOOD = {f"good-{i}": prose(i) for i in range(8)}
+BAD = {
+    "huge": prose(100, sentences=400),  # size: too_large
+    "hello": "Hi.",  # gopher_quality: words too short on average
+    "spam": "\n".join(["Buy the best tools and seeds with us in the village today."] * 12),  # gopher_repetition
+    "lorem": "Lorem ipsum dolor sit amet, with the rest of it.\n" + prose(101),  # c4_quality
+    "blank": " \n \n",  # gopher_quality raises ZeroDivisionError
+}
+EXPECTED = {
+    "huge": ("size", "too_large"),
+    "hello": ("gopher_quality", "gopher_below_avg_threshold"),
+    "spam": ("gopher_repetition", "dup_line_frac"),
+    "lorem": ("c4_quality", "lorem_ipsum"),
+    "blank": ("gopher_quality", "filter-error:gopher_quality"),
+}
+
+
+def make_input(catalog, docs: dict[str, str], name=("raw", "web"), source: str = "web") -> int:
+    table = ensure_table(catalog, name, DOCUMENT_SCHEMA)
+    records = [
+        {"doc_id": k, "source": source, "text": v, "path": f"{k}.txt", "lang": "en", "n_bytes": len(v.encode())}
+        for k, v in docs.items()
+    ]
+    table.append(pa.Table.from_pylist(records, schema=arrow_schema(DOCUMENT_SCHEMA)))
+    return catalog.load_table(name).current_snapshot().snapshot_id
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> str:
+    path = tmp_path / "web.toml"
+    path.write_text(CONFIG)
+    return str(path)
+
+
+def main_ids(catalog, name=("filtered", "web")) -> list[str]:
+    table = catalog.load_table(name)
+    return sorted(table.scan().to_arrow().column("doc_id").to_pylist())
+
+
+def test_filter_publishes_kept_documents_and_quarantines_the_rest(spark, catalog, config_file):
+    snapshot_id = make_input(catalog, GOOD | BAD)
+    opts = FilterOptions("raw.web", "filtered.web", config_file, run_id="f-1", tag="v1")
+
+    result = filter_documents(spark, catalog, opts)
+
+    output = catalog.load_table(("filtered", "web"))
+    kept = output.scan().to_arrow().to_pylist()
+    assert {d["doc_id"]: d["text"] for d in kept} == GOOD  # stored as they came: filters never rewrite
+    assert head(output) == result.audited_snapshot_id == output.metadata.refs["v1"].snapshot_id
+    assert "audit-f-1" not in output.metadata.refs  # the branch served its purpose
+
+    refused = catalog.load_table(("filtered", "quarantine")).scan().to_arrow().to_pylist()
+    assert {r["doc_id"]: (r["filter"], r["reason"]) for r in refused} == EXPECTED
+    by_id = {r["doc_id"]: r for r in refused}
+    assert all(r["stage"] == "filter" and r["run_id"] == "f-1" and r["source"] == "web" for r in refused)
+    assert json.loads(by_id["huge"]["metrics"])["n_bytes"] == len(BAD["huge"])
+    assert json.loads(by_id["hello"]["metrics"])["words"] == 1
+    assert by_id["blank"]["detail"].startswith("ZeroDivisionError") and by_id["blank"]["metrics"] is None
+    assert by_id["spam"]["record"] == BAD["spam"].encode()
+
+    # Counts add up exactly, per filter and reason, in the summary of the published snapshot.
+    stats = snapshot_stats(output.current_snapshot())
+    assert stats["documents-in"] == len(GOOD) + len(BAD) == stats["kept"] + stats["quarantined"]
+    assert stats["kept"] == len(GOOD) and stats["quarantined"] == len(BAD)
+    per_filter = Counter(f for f, _ in EXPECTED.values())
+    assert {k: v for k, v in stats.items() if k.count(".") == 1} == {f"dropped.{f}": n for f, n in per_filter.items()}
+    assert stats["dropped.gopher_quality.filter-error:gopher_quality"] == 1
+
+    summary = output.current_snapshot().summary
+    assert summary["factory.job"] == "filter" and summary["factory.run-id"] == "f-1"
+    assert json.loads(summary["factory.inputs"]) == [{"table": "raw.web", "snapshot_id": snapshot_id}]
+    assert summary["factory.filter-config-sha256"] == load_config(config_file).sha256
+    assert json.loads(summary["factory.params"])["config"]["sha256"] == load_config(config_file).sha256
+    report_path = Path(summary["factory.validation"].removeprefix("file://"))
+    report = json.loads(report_path.read_text())
+    assert report["success"] and set(report["suites"]) == {"documents", "quarantine", "accounting"}
+    pages = [report_path.parent / f"{suite}.html" for suite in report["suites"]]
+    assert all(page.read_text().startswith("<!DOCTYPE html>") for page in pages)
+
+    # The same run id again is a no-op.
+    again = filter_documents(spark, catalog, opts)
+    assert again.already_committed and again.audited_snapshot_id == result.audited_snapshot_id
+    assert len(catalog.load_table(("filtered", "web")).snapshots()) == len(output.snapshots())
+
+
+def test_a_failing_expectation_leaves_main_unchanged(spark, catalog, tmp_path):
+    make_input(catalog, GOOD)
+    published = ensure_table(catalog, ("filtered", "web"), DOCUMENT_SCHEMA)
+    published.append(pa.Table.from_pylist([], schema=arrow_schema(DOCUMENT_SCHEMA)))
+    before = head(catalog.load_table(("filtered", "web")))
+    wrong_sources = tmp_path / "code-only.toml"
+    wrong_sources.write_text('filters = ["size"]\nsources = ["code"]\n')  # the documents are `web`
+
+    with pytest.raises(ValidationFailedError, match=r"expect_column_values_to_be_in_set\(source\)") as caught:
+        filter_documents(spark, catalog, FilterOptions("raw.web", "filtered.web", str(wrong_sources), run_id="f-2"))
+
+    output = catalog.load_table(("filtered", "web"))
+    assert head(output) == before  # main untouched
+    audited = output.snapshot_by_name("audit-f-2")  # the audited snapshot stays on its branch…
+    assert sorted(output.scan(snapshot_id=audited.snapshot_id).to_arrow().column("doc_id").to_pylist()) == sorted(GOOD)
+    report = Path(audited.summary["factory.validation"].removeprefix("file://"))  # …and its report
+    assert not json.loads(report.read_text())["success"]
+    assert str(report.parent) in str(caught.value).replace("file://", "")
+
+
+def test_a_concurrent_change_to_main_during_audit_makes_publish_refuse(spark, catalog, config_file):
+    make_input(catalog, GOOD)
+    racer = pa.Table.from_pylist(
+        [{"doc_id": "racer", "source": "web", "text": "x", "path": None, "lang": None, "n_bytes": 1}],
+        schema=arrow_schema(DOCUMENT_SCHEMA),
+    )
+
+    def another_writer_commits_to_main():
+        catalog.load_table(("filtered", "web")).append(racer)
+
+    with pytest.raises(PublishRefusedError, match="main was left unchanged"):
+        filter_documents(
+            spark,
+            catalog,
+            FilterOptions("raw.web", "filtered.web", config_file, run_id="f-3"),
+            before_publish=another_writer_commits_to_main,
+        )
+    assert main_ids(catalog) == ["racer"]  # the other writer's commit, not ours
+    assert "audit-f-3" in catalog.load_table(("filtered", "web")).metadata.refs
+
+
+def test_a_bad_config_fails_before_spark_starts(factory_home, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('filters = ["size"]\n[size]\nmin_bytes = -3\n')
+    proc = run_factory("filter", "--input", "raw.web", "--output", "filtered.web", "--config", str(bad))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert str(bad) in proc.stderr and "min_bytes must be zero or more" in proc.stderr
+
+
+def _layout(catalog, name: tuple[str, ...], drop: tuple[str, ...] = ()) -> list[list[dict]]:
+    table = catalog.load_table(name)
+    paths = sorted(t.file.file_path for t in table.scan().plan_files())
+    files = [pq.read_table(p.removeprefix("file://")).to_pylist() for p in paths]
+    return [[{k: v for k, v in row.items() if k not in drop} for row in rows] for rows in files]
+
+
+@pytest.mark.slow
+def test_spark_submit_gives_the_same_output_on_one_core(spark, catalog, config_file):
+    make_input(catalog, GOOD | BAD)
+    filter_documents(spark, catalog, FilterOptions("raw.web", "local2.web", config_file))
+    venv_bin = Path(sys.executable).parent
+    proc = subprocess.run(
+        [str(venv_bin / "spark-submit"), "--master", "local[1]", "pipelines/filter.py", "--input", "raw.web",
+         "--output", "local1.web", "--config", config_file],
+        cwd=REPO, env={**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "published to main" in proc.stdout and "dropped by gopher_quality: 2" in proc.stdout
+    assert _layout(catalog, ("local1", "web")) == _layout(catalog, ("local2", "web"))
+    q1 = _layout(catalog, ("local1", "quarantine"), drop=("run_id",))
+    assert q1 == _layout(catalog, ("local2", "quarantine"), drop=("run_id",))
+
+
+def test_the_executor_module_routes_rows_as_staging_expects():
+    # quality.batches must not import the driver's staging module (too slow for executors),
+    # so it names the routing column itself.
+    from pipelines.staging import TARGET_COLUMN
+    from quality.batches import TARGET_FIELD
+
+    assert TARGET_FIELD == TARGET_COLUMN
