@@ -39,3 +39,7 @@ class CommitError(FactoryError):
 
 class MissingDependencyError(FactoryError):
     """Something the machine must provide (Java, a binary, a package) is missing."""
+
+
+class ConfigError(FactoryError):
+    """A config file or value is missing, unknown or out of range."""
