@@ -16,10 +16,11 @@ from pathlib import Path
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog import load_catalog as _pyiceberg_load_catalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table
+from pyiceberg.table import FileScanTask, Table
 
-from pipelines.exceptions import CatalogConfigError, TableNotFoundError
+from pipelines.exceptions import CatalogConfigError, TableNotFoundError, UnsupportedSnapshotError
 from pipelines.refs import PinnedRef, TableRef, format_identifier, resolve_snapshot_id
 
 EMBEDDED_CATALOG_NAME = "factory"
@@ -88,3 +89,17 @@ def resolve(catalog: Catalog, text: str) -> tuple[Table, PinnedRef]:
     table = load_table(catalog, parsed.identifier)
     snapshot_id = resolve_snapshot_id(table, parsed.ref, parsed.table_name)
     return table, PinnedRef(parsed.identifier, snapshot_id, parsed.ref)
+
+
+def plan_snapshot(
+    table: Table, snapshot_id: int, label: str, row_filter: BooleanExpression | None = None
+) -> list[FileScanTask]:
+    """The scan tasks of a snapshot, refusing one with delete files (their rows would come back)."""
+    tasks = list(table.scan(snapshot_id=snapshot_id, row_filter=row_filter or AlwaysTrue()).plan_files())
+    for task in tasks:
+        if task.delete_files:
+            raise UnsupportedSnapshotError(
+                f"{label}@{snapshot_id} has delete files (row-level deletes), which this job cannot apply; "
+                "rewrite the table without deletes (e.g. a compaction) and pin the new snapshot"
+            )
+    return tasks

@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "snapshots": ("pipelines.explore", "list a table's snapshots with how each was made"),
     "show": ("pipelines.explore", "print the first rows of a table or pinned snapshot"),
     "tag": ("pipelines.explore", "name a snapshot with a tag"),
+    "tokenizer": ("streaming_loader.tokenizer_command", "train a BPE tokenizer on pinned snapshots (tokenizer train)"),
+    "mix": ("mixtures.command", "pin a mixture spec to snapshot ids and data files (mix pin)"),
     "gc": ("pipelines.garbage", "remove staged files of runs that never committed"),
     "demo": ("pipelines.demo", "run the chain on the embedded default with a built-in corpus"),
 }

@@ -43,3 +43,31 @@ class MissingDependencyError(FactoryError):
 
 class ConfigError(FactoryError):
     """A config file or value is missing, unknown or out of range."""
+
+
+class MixtureSpecError(FactoryError):
+    """A mixture spec is malformed or names components, weights or filters that cannot be used."""
+
+
+class ManifestError(FactoryError):
+    """A pinned manifest is unreadable, altered since it was pinned, or of an unknown format."""
+
+
+class DataFileError(FactoryError):
+    """A data file a manifest lists is missing or unreadable (e.g. its snapshot was expired)."""
+
+
+class TokenizerError(FactoryError):
+    """A tokenizer file cannot be loaded or lacks what the loader needs (an end-of-document token)."""
+
+
+class LoaderConfigError(FactoryError):
+    """Loader settings that cannot work together (batch size, world size, shards, sequence length)."""
+
+
+class LoaderStateError(FactoryError):
+    """A loader state that does not belong to this loader's stream or lacks this rank's shards."""
+
+
+class StreamError(FactoryError):
+    """The loader's readers failed (a Ray task or worker kept failing) and the stream cannot go on."""

@@ -10,7 +10,8 @@ from pathlib import Path
 from pyiceberg.table import Table
 from pyspark.sql import DataFrame, SparkSession
 
-from pipelines.exceptions import MissingDependencyError, UnsupportedSnapshotError
+from pipelines.catalog import plan_snapshot
+from pipelines.exceptions import MissingDependencyError
 
 _LOG4J = Path(__file__).with_name("log4j2.properties")
 
@@ -53,14 +54,7 @@ def get_spark(app_name: str) -> SparkSession:
 
 def snapshot_files(table: Table, snapshot_id: int, label: str) -> list[str]:
     """The data files of a snapshot, refusing one with delete files (their rows would come back)."""
-    tasks = list(table.scan(snapshot_id=snapshot_id).plan_files())
-    for task in tasks:
-        if task.delete_files:
-            raise UnsupportedSnapshotError(
-                f"{label}@{snapshot_id} has delete files (row-level deletes), which this job cannot apply; "
-                "rewrite the table without deletes (e.g. a compaction) and pin the new snapshot"
-            )
-    return [task.file.file_path for task in tasks]
+    return [task.file.file_path for task in plan_snapshot(table, snapshot_id, label)]
 
 
 def read_snapshot(spark: SparkSession, table: Table, snapshot_id: int, label: str) -> DataFrame:

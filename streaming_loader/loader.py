@@ -1,0 +1,239 @@
+"""``StreamingLoader``: this rank's share of a deterministic, resumable, mixed global stream.
+
+How the global stream is defined (DESIGN.md, "The loader contract"):
+
+- The stream has S logical shards (``num_shards``, fixed for a run, recorded in the state).
+  Each is its own deterministic sub-stream over its own slice of every component
+  (``plan.py``), packed into ``seq_len + 1`` windows (``pack.py``).
+- Global batch ``b`` holds ``B`` sequences; the mixing schedule (``mix.py``) decides how many
+  come from each component (within one of ``B * weight``) and deals them to the shards, each
+  supplying ``B / S`` sequences. Rows of the batch are shard-major, so rank ``r`` of ``w``
+  owns rows ``[r*B/w, (r+1)*B/w)`` and serves shards ``[r*S/w, (r+1)*S/w)``.
+- Nothing depends on the world size, the backend, unit sizes or timing: any ``w`` that divides
+  S continues the same global batches from the same state, and a rank's work does not grow
+  with ``w`` (it reads only its own shards' slices).
+
+We chose fixed logical shards over a shared producer (actors handing out slices) because it
+keeps every rank independent: no actor to fail over, no cross-rank traffic, and the state is a
+few cursors per shard that seek in O(1).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mixtures.files import missing_files
+from mixtures.manifest import Manifest
+from pipelines.exceptions import DataFileError, LoaderConfigError
+from streaming_loader.config import LoaderConfig
+from streaming_loader.metrics import LoaderMetrics
+from streaming_loader.mix import MixSchedule, deal
+from streaming_loader.pack import SubStream, Window
+from streaming_loader.plan import StreamPlan
+from streaming_loader.state import Cursor, check_state, make_state
+from streaming_loader.tokenize import TokenizerSpec, load_tokenizer_spec
+
+log = logging.getLogger("factory.loader")
+
+IGNORE_INDEX = -100
+
+
+class StreamingLoader:
+    """Iterate for batches: ``input_ids``, ``labels``, ``position_ids`` (LongTensor [B/w, seq_len])
+    and ``components`` (LongTensor [B/w], the index of each row's component)."""
+
+    @classmethod
+    def from_manifest(
+        cls,
+        manifest: str | Path | Manifest,
+        tokenizer: str | Path | TokenizerSpec,
+        seq_len: int,
+        global_batch_size: int,
+        dp_rank: int = 0,
+        dp_world: int = 1,
+        backend: str = "ray",
+        **options: Any,
+    ) -> StreamingLoader:
+        """A loader over a pinned manifest; ``options`` are the other ``LoaderConfig`` fields."""
+        config = LoaderConfig(
+            seq_len=seq_len,
+            global_batch_size=global_batch_size,
+            dp_rank=dp_rank,
+            dp_world=dp_world,
+            backend=backend,
+            **options,
+        )
+        if not isinstance(manifest, Manifest):
+            manifest = Manifest.load(manifest)
+        if not isinstance(tokenizer, TokenizerSpec):
+            tokenizer = load_tokenizer_spec(tokenizer, config.eod_token)
+        return cls(manifest, tokenizer, config)
+
+    def __init__(self, manifest: Manifest, tokenizer: TokenizerSpec, config: LoaderConfig) -> None:
+        self.manifest, self.tokenizer, self.config = manifest, tokenizer, config
+        self.components = [c.name for c in manifest.components]
+        _check_files(manifest)
+        self.plan = StreamPlan.from_manifest(
+            manifest, config.shards, config.shuffle_window, config.split, config.read_bytes
+        )
+        weights = [c.weight for c in self.plan.components]
+        self.schedule = MixSchedule(weights, config.global_batch_size)
+        self._backend = self._make_backend()
+        self._batch = 0
+        self._deficits = self.schedule.initial_deficits()
+        self._streams: dict[tuple[int, int], SubStream] = {}
+        self._cursors = {s: {n: Cursor() for n in self.components} for s in config.rank_shards}
+        self.metrics = LoaderMetrics(self.components, [w / sum(weights) for w in weights], config.log_interval_s)
+        log.info(
+            "loader: %s (%s), %d component(s), seq_len %d, global batch %d, rank %d/%d serves logical shards "
+            "%d-%d of %d, backend %s",
+            manifest.name, manifest.fingerprint[:19], len(self.components), config.seq_len,
+            config.global_batch_size, config.dp_rank, config.dp_world, config.rank_shards.start,
+            config.rank_shards.stop - 1, config.shards, config.backend,
+        )  # fmt: skip
+
+    # --- iteration --------------------------------------------------------------------------
+
+    def __iter__(self) -> StreamingLoader:
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        began = time.perf_counter()
+        counts, deficits = self.schedule.counts(self._deficits)
+        hands = deal(counts, self.config.shards, self.manifest.seed, self._batch)
+        rows: list[tuple[int, Window]] = []
+        for shard in self.config.rank_shards:
+            for component in hands[shard]:
+                rows.append((component, self._stream(shard, component).next_window()))
+        batch = _collate(rows, self.config.seq_len)
+        self._batch, self._deficits = self._batch + 1, deficits
+        self.metrics.record(
+            [c for c, _ in rows],
+            [min(w.n_real, self.config.seq_len) for _, w in rows],
+            time.perf_counter() - began,
+            self._backend.buffered(),
+        )
+        return batch
+
+    # --- state ------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's position: small JSON (cursors of its shards, the batch index, the schedule)."""
+        cursors = {
+            shard: {
+                name: (self._streams[(shard, c)].cursor if (shard, c) in self._streams else self._cursors[shard][name])
+                for c, name in enumerate(self.components)
+            }
+            for shard in self.config.rank_shards
+        }
+        return make_state(self._stream_definition(), self._batch, self._deficits, cursors)
+
+    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
+        """Seek to a saved position: this rank's state, or all ranks' states after a world-size change."""
+        batch, deficits, cursors = check_state(
+            state, self._stream_definition(), list(self.config.rank_shards), self.components
+        )
+        if len(deficits) != len(self.components):
+            raise LoaderConfigError("the state's schedule does not match the manifest's components")
+        self._close_streams()
+        self._batch, self._deficits, self._cursors = batch, deficits, cursors
+
+    @property
+    def batch_index(self) -> int:
+        """Index of the next global batch."""
+        return self._batch
+
+    def stats(self) -> dict[str, object]:
+        return self.metrics.as_dict()
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._close_streams()
+        self._backend.close()
+
+    def __enter__(self) -> StreamingLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _stream_definition(self) -> dict[str, Any]:
+        c = self.config
+        return {
+            "manifest": self.manifest.fingerprint,
+            "tokenizer": "sha256:" + self.tokenizer.sha256,
+            "seq_len": c.seq_len,
+            "global_batch_size": c.global_batch_size,
+            "num_shards": c.shards,
+            "packing": c.packing,
+            "shuffle_window": c.shuffle_window,
+            "split": c.split,
+        }
+
+    def _stream(self, shard: int, component: int) -> SubStream:
+        key = (shard, component)
+        stream = self._streams.get(key)
+        if stream is None:
+            cursor = self._cursors[shard][self.components[component]]
+            stream = SubStream(
+                self.plan, component, shard, cursor, self._backend.open, self.tokenizer.eod_id,
+                self.config.seq_len + 1, self.config.packing,
+            )  # fmt: skip
+            self._streams[key] = stream
+        return stream
+
+    def _close_streams(self) -> None:
+        for stream in self._streams.values():
+            stream.close()
+        self._streams.clear()
+
+    def _make_backend(self):
+        c = self.config
+        if c.backend == "ray":
+            from streaming_loader.ray_backend import RayBackend
+
+            return RayBackend(self.plan, self.tokenizer, address=c.ray_address, units_ahead=c.ray_units_ahead)
+        from streaming_loader.local_backend import LocalBackend
+
+        return LocalBackend(self.plan, self.tokenizer, c.local_prefetch)
+
+
+def _check_files(manifest: Manifest) -> None:
+    """Fail at construction, naming the snapshot and file, if any data file is gone."""
+    for component in manifest.components:
+        missing = missing_files([f.path for f in component.files])
+        if missing:
+            shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+            raise DataFileError(
+                f"component {component.name!r}: {len(missing)} data file(s) of snapshot {component.label} are "
+                f"missing ({shown}); the snapshot was probably expired. Pin the mixture again from a live snapshot."
+            )
+
+
+def _collate(rows: list[tuple[int, Window]], seq_len: int) -> dict[str, torch.Tensor]:
+    windows = np.stack([w.tokens for _, w in rows]).astype(np.int64)
+    labels = windows[:, 1:].copy()
+    positions = np.empty((len(rows), seq_len), dtype=np.int64)
+    index = np.arange(seq_len + 1)
+    for i, (_, window) in enumerate(rows):
+        labels[i, max(window.n_real - 1, 0) :] = IGNORE_INDEX
+        starts = np.zeros(seq_len + 1, dtype=bool)
+        starts[0] = True
+        starts[list(window.starts)] = True
+        positions[i] = (index - np.maximum.accumulate(np.where(starts, index, 0)))[:seq_len]
+    return {
+        "input_ids": torch.from_numpy(np.ascontiguousarray(windows[:, :-1])),
+        "labels": torch.from_numpy(labels),
+        "position_ids": torch.from_numpy(positions),
+        "components": torch.tensor([c for c, _ in rows], dtype=torch.long),
+    }

@@ -1,0 +1,122 @@
+"""Reading one unit's documents from the pinned Parquet files, in the stream's order.
+
+A unit's rows are read in file order (seeking by row group, decoding batch by batch so a huge
+row group never sits in memory whole), filtered by the component's row filter and held-out
+split, then put in the shuffled order of their positions.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from mixtures.files import open_parquet
+from mixtures.heldout import heldout_mask
+from pipelines.exceptions import DataFileError
+from streaming_loader.plan import ComponentPlan, Segment, StreamPlan, Unit
+
+READ_BATCH_ROWS = 4096
+
+
+@dataclass(frozen=True)
+class UnitDocs:
+    """The documents of one unit that belong to the stream, in shuffled order."""
+
+    positions: np.ndarray
+    """Position of each document in the shard's slice (ascending is *not* implied)."""
+    texts: list[str]
+
+
+def read_unit(plan: StreamPlan, unit: Unit) -> UnitDocs:
+    component = plan.components[unit.component]
+    first, _ = plan.positions(unit)
+    tables = [_read_segment(component, segment) for segment in plan.segments(unit)]
+    rows = pa.concat_tables(tables) if tables else None
+    n = rows.num_rows if rows is not None else 0
+    keep = _eligible(component, rows, plan.split) if n else np.zeros(0, dtype=bool)
+    order = plan.shuffle(unit)  # shuffled position i holds row order[i] of the unit
+    if len(order) != n:
+        raise DataFileError(f"{component.label}: expected {len(order)} rows for {unit}, read {n}; files changed?")
+    chosen = order[keep[order]]
+    positions = first + np.flatnonzero(keep[order])
+    texts = rows.column("text").take(pa.array(chosen)).to_pylist() if len(chosen) else []
+    return UnitDocs(positions=positions.astype(np.int64), texts=texts)
+
+
+def _read_segment(component: ComponentPlan, segment: Segment) -> pa.Table:
+    path = component.paths[segment.file]
+    groups = component.row_groups[segment.file]
+    starts = np.concatenate([[0], np.cumsum(groups)])
+    first = int(np.searchsorted(starts, segment.start, side="right") - 1)
+    last = int(np.searchsorted(starts, segment.stop - 1, side="right") - 1)
+    skip, want = segment.start - int(starts[first]), segment.stop - segment.start
+    columns = _columns(component)
+    parquet = open_parquet(path, component.label)
+    batches, seen = [], 0
+    try:
+        for batch in parquet.iter_batches(
+            batch_size=READ_BATCH_ROWS, row_groups=list(range(first, last + 1)), columns=columns
+        ):
+            if seen + batch.num_rows > skip:
+                batches.append(batch.slice(max(0, skip - seen)))
+            seen += batch.num_rows
+            if seen >= skip + want:
+                break
+    except (OSError, ValueError) as exc:  # a truncated or corrupt file fails while decoding
+        raise DataFileError(f"{component.label}: cannot read data file {path}: {exc}") from exc
+    table = pa.Table.from_batches(batches, schema=parquet.schema_arrow.select(columns) if not batches else None)
+    if table.num_rows < want:
+        raise DataFileError(f"{component.label}: data file {path} has fewer rows than the manifest says")
+    return table.slice(0, want)
+
+
+def _columns(component: ComponentPlan) -> list[str]:
+    from pyiceberg.expressions.visitors import extract_field_ids
+
+    columns = ["doc_id", "text"]
+    if component.filter:
+        schema = _schema(component)
+        bound = _bound_filter(component)
+        columns += sorted({schema.find_column_name(i) for i in extract_field_ids(bound)} - set(columns))
+    return columns
+
+
+def _eligible(component: ComponentPlan, rows: pa.Table, split: str) -> np.ndarray:
+    """Rows that pass the row filter and fall on ``split``'s side of the held-out split."""
+    keep = np.ones(rows.num_rows, dtype=bool)
+    if component.filter:
+        from pyiceberg.io.pyarrow import expression_to_pyarrow
+
+        numbered = rows.append_column("__row", pa.array(np.arange(rows.num_rows)))
+        passed = numbered.filter(expression_to_pyarrow(_bound_filter(component))).column("__row").to_numpy()
+        keep[:] = False
+        keep[passed] = True
+    if component.heldout_fraction > 0:
+        held = heldout_mask(rows.column("doc_id").to_pylist(), component.heldout_fraction, component.heldout_salt)
+        keep &= held if split == "heldout" else ~held
+    elif split == "heldout":
+        keep[:] = False
+    return keep
+
+
+@functools.lru_cache(maxsize=64)
+def _schema_cached(schema_json: str):
+    from pyiceberg.schema import Schema
+
+    return Schema.model_validate_json(schema_json)
+
+
+def _schema(component: ComponentPlan):
+    import json
+
+    return _schema_cached(json.dumps(component.schema, sort_keys=True))
+
+
+def _bound_filter(component: ComponentPlan):
+    from pyiceberg.expressions.parser import parse
+    from pyiceberg.expressions.visitors import bind
+
+    return bind(_schema(component), parse(component.filter), case_sensitive=True)

@@ -1,0 +1,91 @@
+"""Tokenizers: loading any HF ``tokenizer.json``, finding its end-of-document token, encoding.
+
+The loader identifies a tokenizer by the sha256 of its file; that, not its path, is part of the
+stream's definition and of a checkpoint's lineage.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipelines.exceptions import TokenizerError
+
+# Where our trainer records how a tokenizer was made. tokenizers refuses unknown top-level keys
+# in tokenizer.json but ignores them inside the model, so the record lives there.
+METADATA_KEY = "factory"
+# End-of-document tokens of common tokenizers, tried in order when none is named.
+KNOWN_EOD_TOKENS = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>")
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """A tokenizer as the loader ships it to its readers: the file's text and what it needs of it."""
+
+    text: str = field(repr=False)
+    sha256: str
+    eod_id: int
+    eod_token: str
+    vocab_size: int
+    metadata: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def load(self):
+        return _tokenizer(self.sha256, self.text)
+
+
+def load_tokenizer_spec(path: str | Path, eod_token: str | None = None) -> TokenizerSpec:
+    """Read a ``tokenizer.json`` and settle its end-of-document token (named, recorded or well known)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise TokenizerError(f"cannot read tokenizer {path}: {exc.strerror or exc}") from exc
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TokenizerError(f"{path} is not a tokenizer.json (not JSON: {exc})") from exc
+    sha = hashlib.sha256(raw).hexdigest()
+    try:
+        tokenizer = _tokenizer(sha, text)
+    except Exception as exc:  # tokenizers raises a bare Exception for a file it cannot parse
+        raise TokenizerError(f"{path} is not a tokenizer.json that HF tokenizers can load: {exc}") from exc
+    metadata = (document.get("model") or {}).get(METADATA_KEY) or {}
+    candidates = [eod_token] if eod_token else [metadata.get("eod_token"), *KNOWN_EOD_TOKENS]
+    for candidate in filter(None, candidates):
+        token_id = tokenizer.token_to_id(candidate)
+        if token_id is not None:
+            return TokenizerSpec(text, sha, token_id, candidate, tokenizer.get_vocab_size(), metadata)
+    tried = ", ".join(c for c in candidates if c)
+    raise TokenizerError(
+        f"{path} has no end-of-document token ({tried} not in its vocabulary); name one with eod_token="
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer(sha256: str, text: str):
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_str(text)
+    # A document that happens to contain "<|endoftext|>" must not produce the separator.
+    tokenizer.encode_special_tokens = True
+    return tokenizer
+
+
+def encode(tokenizer, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids of ``texts`` as one flat int32 array and ``len(texts) + 1`` offsets into it."""
+    if not texts:
+        return np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64)
+    ids = [encoding.ids for encoding in tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+    offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum([len(i) for i in ids], out=offsets[1:])
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(offsets[-1]))
+    return flat, offsets

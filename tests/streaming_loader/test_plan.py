@@ -1,0 +1,75 @@
+"""The plan: which row sits at which position of each logical shard, by arithmetic alone."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from pipelines.exceptions import LoaderConfigError
+from streaming_loader.plan import ComponentPlan, StreamPlan
+
+
+def plan(counts=(10, 0, 7, 13), shards=3, window=4, read_bytes=1, weight=1.0) -> StreamPlan:
+    component = ComponentPlan(
+        index=0,
+        name="c",
+        label="component 'c'",
+        weight=weight,
+        paths=tuple(f"f{i}" for i in range(len(counts))),
+        counts=tuple(counts),
+        row_groups=tuple((n,) for n in counts),
+        filter=None,
+        schema={},
+        heldout_fraction=0.0,
+        heldout_salt="",
+        bytes_per_row=1.0,
+    )
+    return StreamPlan(
+        seed=3, num_shards=shards, shuffle_window=window, split="train", components=(component,), read_bytes=read_bytes
+    )
+
+
+def rows_of(p: StreamPlan, shard: int, epoch: int) -> list[tuple[int, int]]:
+    """(file, row) of every position of a shard's slice in one epoch, in stream order."""
+    n_blocks = p.n_blocks(0, shard)
+    found = []
+    for unit in itertools.takewhile(lambda u: u.epoch == epoch, p.units_from(0, shard, epoch, 0)):
+        rows = [(s.file, r) for s in p.segments(unit) for r in range(s.start, s.stop)]
+        found.extend(rows[i] for i in p.shuffle(unit))
+    assert len(found) == p.slice_length(0, shard) and n_blocks >= 1
+    return found
+
+
+def test_shards_partition_every_epoch_and_epochs_reorder_files():
+    p = plan()
+    everything = {(f, r) for f, n in enumerate(p.components[0].counts) for r in range(n)}
+    orders = []
+    for epoch in range(4):
+        per_shard = [rows_of(p, s, epoch) for s in range(3)]
+        seen = [row for rows in per_shard for row in rows]
+        assert sorted(seen) == sorted(everything)  # each row exactly once per epoch
+        orders.append(tuple(p.file_order(0, epoch)))
+    assert len(set(orders)) > 1
+    assert rows_of(p, 1, 2) == rows_of(plan(), 1, 2)  # a pure function of the seed
+
+
+def test_documents_are_shuffled_only_within_their_window():
+    p = plan(counts=(40,), shards=1, window=8)
+    rows = [r for _, r in rows_of(p, 0, 0)]
+    assert rows != sorted(rows)
+    for block in range(5):  # the 8 rows of each aligned block stay in that block
+        assert sorted(rows[block * 8 : block * 8 + 8]) == list(range(block * 8, block * 8 + 8))
+
+
+def test_units_start_at_the_block_holding_a_position_and_go_on_forever():
+    p = plan(counts=(30,), shards=1, window=4, read_bytes=8)  # two blocks per unit
+    units = list(itertools.islice(p.units_from(0, 0, epoch=5, position=13), 4))
+    assert [(u.epoch, u.block, u.n_blocks) for u in units] == [(5, 3, 2), (5, 5, 2), (5, 7, 1), (6, 0, 2)]
+    assert p.positions(units[2]) == (28, 30)
+
+
+def test_a_component_smaller_than_the_shard_count_is_refused_unless_unused():
+    with pytest.raises(LoaderConfigError, match="fewer than num_shards=4"):
+        plan(counts=(3,), shards=4)
+    assert plan(counts=(3,), shards=4, weight=0.0).num_shards == 4
