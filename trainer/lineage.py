@@ -78,7 +78,9 @@ def format_lineage(lineage: dict[str, Any]) -> str:
         f"checkpoint {lineage.get('checkpoint', '?')}  step {lineage.get('step')}  code {lineage.get('code_version')}",
         f"manifest {lineage['manifest'].get('path', '')}  fingerprint {lineage['manifest'].get('fingerprint', '?')}",
         f"tokenizer {lineage['tokenizer']['path']}  sha256 {lineage['tokenizer']['sha256'][:16]}…",
-        f"loader position {json.dumps(lineage.get('loader_position'), sort_keys=True)}",
+        "loader position: next global batch {next_global_batch}, {sequences} sequences, {tokens} tokens".format(
+            **lineage["loader_position"]
+        ),
         "data:",
     ]
     for component in lineage.get("components", []):

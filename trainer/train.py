@@ -20,10 +20,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from pipelines.exceptions import FactoryError
+from pipelines.faults import maybe_fail
 from pipelines.version import code_version
 from trainer import checkpoint
 from trainer.config import Config, load_config
-from trainer.data import build_eval_loaders, build_loader, lineage_base, merge_loader_states
+from trainer.data import build_eval_loader, build_loader, lineage_base, merge_loader_states
 from trainer.metrics import MetricsLog
 from trainer.model import Transformer
 from trainer.parallel import World, all_reduce_sum, apply_compile, apply_fsdp, compute_dtype, init_world, shutdown
@@ -91,19 +92,32 @@ def evaluate(model: nn.Module, cfg: Config, world: World) -> dict[str, dict[str,
     """Held-out loss and perplexity per mixture component, over the same fixed batches each time."""
     model.eval()
     dtype = compute_dtype(cfg.train.dtype, world.device)
-    results = {}
-    for name, loader in build_eval_loaders(cfg, world).items():
-        total = torch.zeros((), device=world.device)
-        count = torch.zeros((), device=world.device, dtype=torch.long)
+    loader = build_eval_loader(cfg, world)
+    names = loader.components
+    sums = torch.zeros(len(names), dtype=torch.float64, device=world.device)
+    counts = torch.zeros(len(names), dtype=torch.float64, device=world.device)
+    try:
         for _, batch in zip(range(cfg.eval.batches), loader, strict=False):
-            loss_sum, tokens = token_losses(model, batch, dtype, world.device)
-            total += loss_sum
-            count += tokens
-        all_reduce_sum(total, world)
-        all_reduce_sum(count, world)
-        loss = (total / count.clamp(min=1)).item()
-        results[name] = {"loss": loss, "ppl": math.exp(min(loss, 50.0)), "tokens": int(count.item())}
+            labels = batch["labels"].to(world.device)
+            position_ids = batch.get("position_ids")
+            with torch.autocast(world.device.type, dtype=dtype, enabled=dtype != torch.float32):
+                logits = model(
+                    batch["input_ids"].to(world.device), None if position_ids is None else position_ids.to(world.device)
+                )
+            losses = F.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=IGNORE, reduction="none")
+            rows = batch["components"].to(world.device)
+            sums.index_add_(0, rows, losses.sum(dim=1).double())
+            counts.index_add_(0, rows, (labels != IGNORE).sum(dim=1).double())
+    finally:
+        loader.close()
+    all_reduce_sum(sums, world)
+    all_reduce_sum(counts, world)
     model.train()
+    results = {}
+    for i, name in enumerate(names):
+        if counts[i] > 0:
+            loss = (sums[i] / counts[i]).item()
+            results[name] = {"loss": loss, "ppl": math.exp(min(loss, 50.0)), "tokens": int(counts[i].item())}
     return results
 
 
@@ -129,7 +143,7 @@ def train(cfg: Config, world: World, resume: bool = False) -> list[float]:
         print(f"no complete checkpoint under {run_dir / 'checkpoints'}; starting from step 0", file=sys.stderr)
 
     metrics = MetricsLog(run_dir, world.is_main, cfg.train.steps)
-    lineage = lineage_base(cfg, world) if world.is_main else {}
+    lineage = lineage_base(cfg) if world.is_main else {}
     if world.is_main:
         (run_dir / "config.resolved.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=list))
         metrics.log(step, "start", {"params": model_params(model), "world": world.size, "resumed": latest is not None})
@@ -161,14 +175,16 @@ def train(cfg: Config, world: World, resume: bool = False) -> list[float]:
                 "data_wait_frac": waited / elapsed,
             },
         )
+        maybe_fail(f"after-step-{step}")
         last = step == cfg.train.steps
         if cfg.eval.every and (step % cfg.eval.every == 0 or last):
             metrics.log(step, "eval", evaluate(model, cfg, world))
         if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or last:
             state = loader.state_dict()
-            record = lineage_record(lineage, run_dir, step, state) if world.is_main else {}
+            record = lineage_record(lineage, run_dir, step, state, cfg) if world.is_main else {}
             checkpoint.save(run_dir, step, model, optimizer, scheduler, state, record, world, cfg.checkpoint.keep)
     metrics.close()
+    loader.close()
     return losses
 
 
@@ -176,16 +192,22 @@ def model_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters()) if not hasattr(model, "num_params") else model.num_params()
 
 
-def lineage_record(base: dict, run_dir: Path, step: int, loader_state: dict) -> dict:
-    """The checkpoint's lineage.json: what data, from where, up to which position."""
-    path = checkpoint.checkpoints_dir(run_dir) / f"step-{step}"
-    return {
-        **base,
-        "checkpoint": str(path),
-        "step": step,
-        "loader_position": loader_state,
-        "code_version": code_version(),
+def lineage_record(base: dict, run_dir: Path, step: int, loader_state: dict, cfg: Config) -> dict:
+    """The checkpoint's lineage.json: what data, from where, up to which position of the stream.
+
+    The stream is a pure function of the manifest, tokenizer and loader settings, so the index of
+    the next global batch places the run exactly; rank 0's full loader state is kept beside it
+    (every rank's is in its rank-N.json).
+    """
+    batch = loader_state.get("batch", step)
+    position = {
+        "next_global_batch": batch,
+        "sequences": batch * cfg.data.global_batch_size,
+        "tokens": batch * cfg.data.global_batch_size * cfg.data.seq_len,
+        "rank0_state": loader_state,
     }
+    path = checkpoint.checkpoints_dir(run_dir) / f"step-{step}"
+    return {**base, "checkpoint": str(path), "step": step, "loader_position": position, "code_version": code_version()}
 
 
 def main(argv: list[str] | None = None) -> int:

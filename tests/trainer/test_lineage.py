@@ -41,7 +41,7 @@ def test_runs_are_walked_back_to_the_raw_inputs(catalog):
             "code_version": "0.1.0",
             "manifest": {"path": "m.json", "fingerprint": "abc"},
             "tokenizer": {"path": "t.json", "sha256": "f" * 64},
-            "loader_position": {"batch": 4},
+            "loader_position": {"next_global_batch": 4, "sequences": 32, "tokens": 1024},
             "components": [
                 {"name": "code", "weight": 1.0, "table": "filtered.code", "snapshot_id": filtered, "runs": [filter_run]}
             ],
