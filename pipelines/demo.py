@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     _step("ingest", lambda: _ingest_all(spark, catalog))
     print()
     print(format_tables(catalog))
+    _step("mix", lambda: _mix_and_stream(catalog))
     return 0
 
 
@@ -92,6 +93,65 @@ def _ingest_all(spark, catalog: Catalog) -> None:
         docs = result.documents
         table = catalog.load_table(tuple(docs.table.split(".")))
         print(format_rows(table, PinnedRef(tuple(docs.table.split(".")), docs.snapshot_id, None), 3, as_json=False))
+
+
+# The most refined table of each kind the earlier steps made (the chain's later jobs write the first ones).
+DEMO_MIXTURE = {
+    "code": ("filtered.code", "dedup.code", "raw.code"),
+    "text": ("filtered.text", "dedup.text", "raw.text"),
+}
+DEMO_WEIGHTS = {"code": 0.7, "text": 0.3}
+
+
+def _mix_and_stream(catalog: Catalog, batches: int = 3) -> None:
+    """Train a small tokenizer, pin a two-component mixture and show the first batches' mix."""
+    from mixtures.command import format_manifest
+    from mixtures.pin import pin
+    from mixtures.spec import spec_from_dict
+    from pipelines.catalog import resolve
+    from streaming_loader import StreamingLoader
+    from streaming_loader.tokenizer_train import train_tokenizer
+
+    folder = factory_home() / "demo"
+    folder.mkdir(parents=True, exist_ok=True)
+    tables = {kind: next(t for t in candidates if catalog.table_exists(t)) for kind, candidates in DEMO_MIXTURE.items()}
+    refs = [f"{t}@{resolve(catalog, t)[1].snapshot_id}" for t in tables.values()]
+    tokenizer = folder / "tokenizer.json"
+    if not tokenizer.exists() or _trained_on(tokenizer) != refs:  # re-running the demo reuses it
+        trained = train_tokenizer(catalog, refs, vocab_size=8192, max_bytes=8 << 20)
+        tokenizer.write_text(trained.text, encoding="utf-8")
+    print(f"· tokenizer: {tokenizer} (8192 tokens, trained on {', '.join(refs)})")
+    spec = spec_from_dict(
+        {
+            "name": "demo",
+            "seed": 0,
+            "components": [
+                {"name": kind, "table": table, "weight": DEMO_WEIGHTS[kind], "heldout_fraction": 0.01}
+                for kind, table in tables.items()
+            ],
+        }
+    )
+    manifest = pin(catalog, spec)
+    manifest.save(folder / "manifest.json")
+    print(f"· manifest: {folder / 'manifest.json'}")
+    print(format_manifest(manifest))
+    with StreamingLoader.from_manifest(
+        manifest, tokenizer, seq_len=256, global_batch_size=16, backend="local", log_interval_s=0
+    ) as loader:
+        names = loader.components
+        target = "  ".join(f"{n} {w:.2f}" for n, w in zip(names, (c.weight for c in manifest.components), strict=True))
+        print(f"· first {batches} global batches (16 sequences of 256 tokens; target {target}):")
+        for index in range(batches):
+            counts = next(loader)["components"].bincount(minlength=len(names)).tolist()
+            shares = "  ".join(f"{n} {c:2d} ({c / 16:.2f})" for n, c in zip(names, counts, strict=True))
+            print(f"  batch {index}: {shares}")
+
+
+def _trained_on(tokenizer: Path) -> list[str]:
+    import json
+
+    record = json.loads(tokenizer.read_text(encoding="utf-8")).get("model", {}).get("factory", {})
+    return [f"{i['table']}@{i['snapshot_id']}" for i in record.get("inputs", [])]
 
 
 def _step(name: str, action) -> None:

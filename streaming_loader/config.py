@@ -39,11 +39,11 @@ class LoaderConfig:
     """``train``: documents outside the held-out split; ``heldout``: only those in it (for evals)."""
     eod_token: str | None = None
     """End-of-document token; default: the one the tokenizer records, else a well-known one."""
-    read_bytes: int = 8 << 20
-    """Text bytes one reader task reads and tokenizes (cuts the work; no effect on the stream)."""
+    read_bytes: int = 1 << 20
+    """Text bytes a reader task grows to (a sub-stream's first tasks are smaller; no effect on the stream)."""
     ray_address: str | None = None
     """Ray cluster to join when Ray is not yet initialised; None starts a local one (or uses RAY_ADDRESS)."""
-    ray_units_ahead: int = 4
+    ray_units_ahead: int = 2
     """Units each sub-stream may have queued or in flight ahead of its packer (ray backend's backpressure)."""
     local_prefetch: int = 1
     """Units each sub-stream tokenizes ahead in a background thread (local backend; 0: none)."""

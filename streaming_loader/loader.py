@@ -105,7 +105,7 @@ class StreamingLoader:
         return self
 
     def __next__(self) -> dict[str, torch.Tensor]:
-        began = time.perf_counter()
+        began, waited = time.perf_counter(), self._waited()
         counts, deficits = self.schedule.counts(self._deficits)
         hands = deal(counts, self.config.shards, self.manifest.seed, self._batch)
         rows: list[tuple[int, Window]] = []
@@ -117,6 +117,7 @@ class StreamingLoader:
         self.metrics.record(
             [c for c, _ in rows],
             [min(w.n_real, self.config.seq_len) for _, w in rows],
+            self._waited() - waited,
             time.perf_counter() - began,
             self._backend.buffered(),
         )
@@ -143,6 +144,7 @@ class StreamingLoader:
         if len(deficits) != len(self.components):
             raise LoaderConfigError("the state's schedule does not match the manifest's components")
         self._close_streams()
+        self._backend.reset()
         self._batch, self._deficits, self._cursors = batch, deficits, cursors
 
     @property
@@ -191,6 +193,9 @@ class StreamingLoader:
             )  # fmt: skip
             self._streams[key] = stream
         return stream
+
+    def _waited(self) -> float:
+        return sum(stream.wait_s for stream in self._streams.values())
 
     def _close_streams(self) -> None:
         for stream in self._streams.values():

@@ -45,6 +45,9 @@ class LocalBackend:
         """Units read and tokenized ahead of the packers."""
         return sum(f.done() for queue in list(self._ready.values()) for f in queue)
 
+    def reset(self) -> None:
+        """Nothing to stop: each sub-stream's prefetch ends with it."""
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)

@@ -18,7 +18,8 @@ log = logging.getLogger("factory.loader")
 TOKENS = Counter("factory_loader_tokens", "Tokens delivered to training (padding excluded)", ["component"])
 SEQUENCES = Counter("factory_loader_sequences", "Sequences delivered to training", ["component"])
 BATCHES = Counter("factory_loader_batches", "Batches (this rank's share of global batches) delivered")
-WAIT = Counter("factory_loader_wait_seconds", "Seconds the consumer waited inside next(loader)")
+WAIT = Counter("factory_loader_wait_seconds", "Seconds next(loader) was blocked waiting for readers")
+NEXT = Counter("factory_loader_next_seconds", "Seconds spent inside next(loader), waiting included")
 BUFFERED = Gauge("factory_loader_buffered_units", "Units read and tokenized, waiting for the packers")
 TARGET = Gauge("factory_loader_target_share", "Target share of sequences per component (its weight)", ["component"])
 DELIVERED = Gauge("factory_loader_delivered_share", "Delivered share of tokens per component", ["component"])
@@ -41,7 +42,9 @@ class LoaderMetrics:
         for name, weight in zip(self.names, self.weights, strict=True):
             TARGET.labels(name).set(weight)
 
-    def record(self, components: Sequence[int], real_tokens: Sequence[int], wait_s: float, buffered: int) -> None:
+    def record(
+        self, components: Sequence[int], real_tokens: Sequence[int], wait_s: float, next_s: float, buffered: int
+    ) -> None:
         for c, n in zip(components, real_tokens, strict=True):
             self.tokens[c] += n
             self.sequences[c] += 1
@@ -51,6 +54,7 @@ class LoaderMetrics:
         self.wait_s += wait_s
         BATCHES.inc()
         WAIT.inc(wait_s)
+        NEXT.inc(next_s)
         self.buffered = buffered
         BUFFERED.set(buffered)
         total = sum(self.tokens) or 1

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipelines.exceptions import DataFileError, LoaderStateError
+from pipelines.exceptions import LoaderConfigError, LoaderStateError
 from streaming_loader.plan import StreamPlan
 from streaming_loader.state import Cursor
 from streaming_loader.units import UnitTokens
@@ -144,7 +144,7 @@ class SubStream:
     def _end_epoch(self) -> None:
         if self._epoch_whole and self._epoch_docs == 0:
             component = self.plan.components[self.component]
-            raise DataFileError(
+            raise LoaderConfigError(
                 f"{component.label}: logical shard {self.shard} found no documents in a whole epoch "
                 f"({self._slice_length} rows, after the row filter and held-out split); the component is too "
                 f"small or too filtered for num_shards={self.plan.num_shards}"

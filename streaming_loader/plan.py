@@ -8,15 +8,16 @@ slice, documents are shuffled within aligned blocks of ``shuffle_window`` rows. 
 one token of the sub-stream and the rows around it are found by arithmetic, without reading
 anything before it.
 
-A *unit* is a run of whole blocks that one task reads and tokenizes. Its size only decides how
-the work is cut, never what the stream contains.
+A *unit* is a run of consecutive positions that one task reads and tokenizes. Units only cut
+the work, never change what the stream contains: they are whole blocks (so each block is read
+once), except in the block where a sub-stream starts, whose units start small and double, so
+the first batch comes quickly however many sub-streams a rank serves.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -72,13 +73,13 @@ class ComponentPlan:
 
 @dataclass(frozen=True)
 class Unit:
-    """Blocks ``[block, block + n_blocks)`` of shard ``shard``'s slice of ``component`` in ``epoch``."""
+    """Positions ``[first, first + count)`` of shard ``shard``'s slice of ``component`` in ``epoch``."""
 
     component: int
     shard: int
     epoch: int
-    block: int
-    n_blocks: int
+    first: int
+    count: int
 
 
 @dataclass(frozen=True)
@@ -99,9 +100,10 @@ class StreamPlan:
     shuffle_window: int
     split: str
     components: tuple[ComponentPlan, ...]
-    read_bytes: int = 8 << 20
-    """Target text bytes per unit (how the reading work is cut; no effect on the stream)."""
-    _blocks_per_unit: tuple[int, ...] = field(default=(), compare=False)
+    read_bytes: int = 1 << 20
+    """Text bytes a unit grows to (how the reading work is cut; no effect on the stream)."""
+    first_read_bytes: int = 64 << 10
+    """Text bytes of a sub-stream's first unit."""
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
@@ -112,23 +114,16 @@ class StreamPlan:
                     f"{c.label} has {c.n_rows} records, fewer than num_shards={self.num_shards}: every logical "
                     "shard needs documents of every component; use a smaller num_shards or global_batch_size"
                 )
-        per_block = [max(c.bytes_per_row, 1.0) * self.shuffle_window for c in self.components]
-        object.__setattr__(self, "_blocks_per_unit", tuple(max(1, math.floor(self.read_bytes / b)) for b in per_block))
 
     @classmethod
     def from_manifest(
-        cls, manifest: Manifest, num_shards: int, shuffle_window: int, split: str, read_bytes: int = 8 << 20
+        cls, manifest: Manifest, num_shards: int, shuffle_window: int, split: str, read_bytes: int = 1 << 20
     ) -> StreamPlan:
         salt = manifest.heldout.get("salt", "")
         components = tuple(ComponentPlan.from_manifest(i, c, salt, split) for i, c in enumerate(manifest.components))
         if not any(c.weight > 0 for c in components):
             raise LoaderConfigError(f"no component of {manifest.name!r} has a held-out split (heldout_fraction)")
-        return cls(manifest.seed, num_shards, shuffle_window, split, components, read_bytes)
-
-    def unit_output_bytes(self, component: int) -> int:
-        """Rough size of one unit's tokens in memory (int32 ids, ~3 bytes of text per token)."""
-        c = self.components[component]
-        return int(c.bytes_per_row * self.shuffle_window * self._blocks_per_unit[component] * 4 / 3) + 1
+        return cls(manifest.seed, num_shards, shuffle_window, split, components, read_bytes, min(64 << 10, read_bytes))
 
     # --- the slice of a shard -------------------------------------------------------------
 
@@ -141,9 +136,6 @@ class StreamPlan:
         start, stop = self.slice_of(component, shard)
         return stop - start
 
-    def n_blocks(self, component: int, shard: int) -> int:
-        return -(-self.slice_length(component, shard) // self.shuffle_window)
-
     # --- orders -----------------------------------------------------------------------------
 
     def file_order(self, component: int, epoch: int) -> np.ndarray:
@@ -151,43 +143,63 @@ class StreamPlan:
         key = seeds.derive_key(self.seed, "file-order", component, epoch)
         return seeds.permutation(key, len(self.components[component].paths))
 
-    def block_order(self, unit: Unit, block: int, n: int) -> np.ndarray:
+    def block_order(self, component: int, shard: int, epoch: int, block: int, n: int) -> np.ndarray:
         """The shuffled order of the ``n`` rows of one block (indices into the block's rows)."""
-        key = seeds.derive_key(self.seed, "block", unit.component, unit.shard, unit.epoch, block)
+        key = seeds.derive_key(self.seed, "block", component, shard, epoch, block)
         return seeds.permutation(key, n)
 
     # --- units ------------------------------------------------------------------------------
 
-    def units_from(self, component: int, shard: int, epoch: int, position: int):
-        """Units of the sub-stream, in order, starting with the one holding ``position`` (endless)."""
-        per_unit = self._blocks_per_unit[component]
-        n_blocks = self.n_blocks(component, shard)
-        block = position // self.shuffle_window
+    def units_from(self, component: int, shard: int, epoch: int, position: int) -> Iterator[Unit]:
+        """Units of the sub-stream, in order, from ``position`` on (endless, epoch after epoch).
+
+        A reader reads whole shuffle blocks, so units are whole blocks (as many as fit in
+        ``read_bytes``, at least one) and each block is read once; only the block a sub-stream
+        starts in is cut into small units that double from ``first_read_bytes``, so the first
+        batch does not wait for whole blocks of every sub-stream.
+        """
+        length, window = self.slice_length(component, shard), self.shuffle_window
+        per_row = max(self.components[component].bytes_per_row, 1.0)
+        size = max(1, int(self.first_read_bytes / per_row))
+        blocks = max(1, int(self.read_bytes / (per_row * window)))
         while True:
-            while block < n_blocks:
-                take = min(per_unit, n_blocks - block)
-                yield Unit(component, shard, epoch, block, take)
-                block += take
-            epoch, block = epoch + 1, 0
+            while position < length:
+                block_end = min((position // window + 1) * window, length)
+                if position % window or size < block_end - position:
+                    count = min(size, block_end - position)  # the ramp, inside the first block
+                    size *= 2
+                else:
+                    count = min(blocks * window, length - position)
+                yield Unit(component, shard, epoch, position, count)
+                position += count
+            epoch, position = epoch + 1, 0
 
     def positions(self, unit: Unit) -> tuple[int, int]:
         """Positions ``[first, end)`` of the shard's slice that ``unit`` covers."""
-        length = self.slice_length(unit.component, unit.shard)
-        first = unit.block * self.shuffle_window
-        return first, min((unit.block + unit.n_blocks) * self.shuffle_window, length)
+        return unit.first, unit.first + unit.count
 
-    def segments(self, unit: Unit) -> list[Segment]:
-        """The file rows a unit covers, in the epoch's concatenation order."""
-        start, _ = self.slice_of(unit.component, unit.shard)
-        first, end = self.positions(unit)
-        return self.rows_to_segments(unit.component, unit.epoch, start + first, start + end)
+    def rows(self, unit: Unit) -> tuple[list[Segment], np.ndarray]:
+        """What a reader reads for ``unit``: the whole blocks its positions fall in (as file segments,
+        in the epoch's order), and for each of the unit's positions the index of its row among them."""
+        start, stop = self.slice_of(unit.component, unit.shard)
+        window = self.shuffle_window
+        first_block, last_block = unit.first // window, (unit.first + unit.count - 1) // window
+        begin, end = first_block * window, min((last_block + 1) * window, stop - start)
+        orders = [
+            offset + self.block_order(unit.component, unit.shard, unit.epoch, block, min(window, end - begin - offset))
+            for block, offset in zip(range(first_block, last_block + 1), range(0, end - begin, window), strict=True)
+        ]
+        shuffled = np.concatenate(orders)  # shuffled position begin + i holds row shuffled[i]
+        wanted = shuffled[unit.first - begin : unit.first - begin + unit.count]
+        return self.rows_to_segments(unit.component, unit.epoch, start + begin, start + end), wanted
 
     def rows_to_segments(self, component: int, epoch: int, begin: int, end: int) -> list[Segment]:
+        """Rows ``[begin, end)`` of an epoch's concatenation, as pieces of files."""
         counts = self.components[component].counts
         order = self.file_order(component, epoch)
-        bounds = np.concatenate([[0], np.cumsum([counts[i] for i in order])])
+        bounds = np.concatenate([[0], np.cumsum([counts[i] for i in order])]).astype(np.int64)
         found = []
-        i = bisect.bisect_right(bounds.tolist(), begin) - 1
+        i = int(np.searchsorted(bounds, begin, side="right")) - 1
         while begin < end:
             file_start, file_stop = int(bounds[i]), int(bounds[i + 1])
             stop = min(end, file_stop)
@@ -196,13 +208,3 @@ class StreamPlan:
             begin = stop
             i += 1
         return found
-
-    def shuffle(self, unit: Unit) -> np.ndarray:
-        """For each position of the unit in shuffled order, the index of its row among the unit's rows."""
-        first, end = self.positions(unit)
-        pieces = []
-        for offset in range(0, end - first, self.shuffle_window):
-            n = min(self.shuffle_window, end - first - offset)
-            block = unit.block + offset // self.shuffle_window
-            pieces.append(offset + self.block_order(unit, block, n))
-        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)

@@ -45,7 +45,7 @@ MAX_TASK_RETRIES = 3
 # Ray Data retries a task whose worker died without bound (max_retries=-1); bound it so a
 # reader that keeps dying fails the stream clearly. Ray 2.60 has no named parameter for it yet.
 _TASK_OPTIONS = {"max_retries": MAX_TASK_RETRIES}
-_UNIT_FIELDS = ("component", "shard", "epoch", "block", "n_blocks")
+_UNIT_FIELDS = ("component", "shard", "epoch", "first", "count")
 _OUTPUT_SCHEMA = pa.schema(
     [
         ("seq", pa.int64()),
@@ -85,7 +85,19 @@ class _Feed:
         return len(self.ready) + self.pending
 
 
+@dataclass
+class _Pipeline:
+    """A running Ray Data pipeline and how many of its units have not arrived yet."""
+
+    outputs: Iterator[tuple[int, UnitTokens]]
+    left: int
+
+
 class RayBackend:
+    # Two pipelines may run at once, so the readers never wait for one to drain before the next
+    # starts; Ray Data shares the CPUs between them.
+    MAX_LIVE = 2
+
     def __init__(self, plan: StreamPlan, tokenizer: TokenizerSpec, *, address: str | None, units_ahead: int) -> None:
         import ray
         import ray.data  # configures Ray Data's loggers, which the next lines quieten
@@ -96,7 +108,7 @@ class RayBackend:
         self._shared = ray.put((plan, tokenizer))
         self._feeds: dict[int, _Feed] = {}
         self._ids = itertools.count()
-        self._live: Iterator[tuple[int, UnitTokens]] | None = None
+        self._live: collections.deque[_Pipeline] = collections.deque()
         self.pipelines = 0
         """Pipelines started so far (for tests and the benchmark)."""
 
@@ -113,19 +125,25 @@ class RayBackend:
         """Units read and tokenized, waiting in this process for the packers."""
         return sum(len(f.ready) for f in self._feeds.values())
 
-    def close(self) -> None:
-        self._stop()
+    def reset(self) -> None:
+        """Stop the pipelines (every sub-stream has been closed: the loader is seeking)."""
+        for pipeline in self._live:
+            pipeline.outputs.close()
+        self._live.clear()
         self._feeds.clear()
+
+    def close(self) -> None:
+        self.reset()
         self._shared = None
 
     def _get(self, key: int) -> UnitTokens:
         feed = self._feeds[key]
         while not feed.ready:
-            if self._live is None:
+            if not self._live or (feed.pending == 0 and len(self._live) < self.MAX_LIVE):
                 self._start(urgent=key)
             self._pull()
         unit = feed.ready.popleft()
-        if self._live is None and self._want() * 2 >= self.units_ahead * len(self._feeds):
+        if len(self._live) < self.MAX_LIVE and self._want() * 2 >= self.units_ahead * len(self._feeds):
             self._start(urgent=None)  # keep the readers busy while the packers eat what is queued
         return unit
 
@@ -147,24 +165,21 @@ class RayBackend:
             return
         for key, _ in order:
             self._feeds[key].pending += 1
-        self._live = self._pipeline(order)
+        self._live.append(_Pipeline(self._pipeline(order), len(order)))
         self.pipelines += 1
 
     def _pull(self) -> None:
-        try:
-            key, unit = next(self._live)
-        except StopIteration:
-            self._live = None
-            return
+        """The next unit of the oldest pipeline (a sub-stream's units arrive in order that way)."""
+        pipeline = self._live[0]
+        key, unit = next(pipeline.outputs)
+        pipeline.left -= 1
+        if pipeline.left == 0:
+            pipeline.outputs.close()
+            self._live.popleft()
         feed = self._feeds.get(key)
         if feed is not None:
             feed.pending -= 1
             feed.ready.append(unit)
-
-    def _stop(self) -> None:
-        if self._live is not None:
-            self._live.close()
-            self._live = None
 
     def _pipeline(self, order: list[tuple[int, Unit]]) -> Iterator[tuple[int, UnitTokens]]:
         import ray.data
@@ -186,18 +201,18 @@ class RayBackend:
         # The pipeline has one operator and bounded input: reserving half the CPUs for operator
         # outputs only left a CPU idle (measured 3.4 s vs 2.2 s for 4 CPU-seconds on 2 CPUs).
         context.op_resource_reservation_enabled = False
-        batches = dataset.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=1)
+        batches = iter(dataset.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=1))
         try:
             for seq, unit in enumerate(self._assemble(batches, [u for _, u in order])):
                 yield order[seq][0], unit
         finally:
             if hasattr(batches, "close"):
-                batches.close()  # stops the pipeline's executor when the loader seeks or closes
+                batches.close()  # shuts the pipeline's executor down when the loader seeks or closes
 
     def _assemble(self, batches, chunk: list[Unit]) -> Iterator[UnitTokens]:
         """Whole units, in order, from Ray Data's batches (which may cut or merge them)."""
         parts: list[pa.Table] = []
-        expected, batches = 0, iter(batches)
+        expected = 0
         while expected < len(chunk):
             try:
                 table = next(batches)

@@ -1,8 +1,9 @@
 """Reading one unit's documents from the pinned Parquet files, in the stream's order.
 
-A unit's rows are read in file order (seeking by row group, decoding batch by batch so a huge
-row group never sits in memory whole), filtered by the component's row filter and held-out
-split, then put in the shuffled order of their positions.
+A unit reads the blocks its positions fall in, in file order (seeking by row group, decoding
+batch by batch so a huge row group never sits in memory whole), takes its positions' rows in
+the stream's shuffled order, and keeps those that pass the component's row filter and fall on
+the wanted side of the held-out split.
 """
 
 from __future__ import annotations
@@ -26,23 +27,22 @@ class UnitDocs:
     """The documents of one unit that belong to the stream, in shuffled order."""
 
     positions: np.ndarray
-    """Position of each document in the shard's slice (ascending is *not* implied)."""
+    """Position of each document in the shard's slice (ascending)."""
     texts: list[str]
 
 
 def read_unit(plan: StreamPlan, unit: Unit) -> UnitDocs:
     component = plan.components[unit.component]
-    first, _ = plan.positions(unit)
-    tables = [_read_segment(component, segment) for segment in plan.segments(unit)]
-    rows = pa.concat_tables(tables) if tables else None
-    n = rows.num_rows if rows is not None else 0
-    keep = _eligible(component, rows, plan.split) if n else np.zeros(0, dtype=bool)
-    order = plan.shuffle(unit)  # shuffled position i holds row order[i] of the unit
-    if len(order) != n:
-        raise DataFileError(f"{component.label}: expected {len(order)} rows for {unit}, read {n}; files changed?")
-    chosen = order[keep[order]]
-    positions = first + np.flatnonzero(keep[order])
-    texts = rows.column("text").take(pa.array(chosen)).to_pylist() if len(chosen) else []
+    segments, wanted = plan.rows(unit)
+    tables = [_read_segment(component, segment) for segment in segments]
+    rows = pa.concat_tables(tables)
+    expected = sum(s.stop - s.start for s in segments)
+    if rows.num_rows != expected:
+        raise DataFileError(f"{component.label}: expected {expected} rows for {unit}, read {rows.num_rows}")
+    chosen = rows.take(pa.array(wanted))  # the unit's rows, in stream order
+    keep = _eligible(component, chosen, plan.split)
+    positions = unit.first + np.flatnonzero(keep)
+    texts = chosen.column("text").filter(pa.array(keep)).to_pylist()
     return UnitDocs(positions=positions.astype(np.int64), texts=texts)
 
 
@@ -67,10 +67,9 @@ def _read_segment(component: ComponentPlan, segment: Segment) -> pa.Table:
                 break
     except (OSError, ValueError) as exc:  # a truncated or corrupt file fails while decoding
         raise DataFileError(f"{component.label}: cannot read data file {path}: {exc}") from exc
-    table = pa.Table.from_batches(batches, schema=parquet.schema_arrow.select(columns) if not batches else None)
-    if table.num_rows < want:
+    if seen < skip + want:
         raise DataFileError(f"{component.label}: data file {path} has fewer rows than the manifest says")
-    return table.slice(0, want)
+    return pa.Table.from_batches(batches).slice(0, want)
 
 
 def _columns(component: ComponentPlan) -> list[str]:

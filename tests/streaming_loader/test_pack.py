@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
+from pipelines.exceptions import LoaderConfigError
 from streaming_loader.pack import SubStream
 from streaming_loader.state import Cursor
 from streaming_loader.units import UnitTokens
@@ -96,3 +97,14 @@ def test_the_cursor_after_a_slice_ends_is_the_next_epoch():
     s = stream(length=len(expected_tokens(1)))  # one window holds exactly one epoch
     s.next_window()
     assert s.cursor == Cursor(1, 0, 0)
+
+
+def test_a_sub_stream_without_documents_fails_instead_of_spinning():
+    def nothing(component, shard, epoch, position):
+        for unit in PLAN.units_from(component, shard, epoch, position):
+            first, end = PLAN.positions(unit)
+            yield UnitTokens(unit, first, end, np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(1, np.int64))
+
+    empty = SubStream(PLAN, 0, 0, Cursor(), nothing, EOD, 9, "concat")
+    with pytest.raises(LoaderConfigError, match="no documents in a whole epoch"):
+        empty.next_window()

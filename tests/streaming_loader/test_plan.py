@@ -10,7 +10,7 @@ from pipelines.exceptions import LoaderConfigError
 from streaming_loader.plan import ComponentPlan, StreamPlan
 
 
-def plan(counts=(10, 0, 7, 13), shards=3, window=4, read_bytes=1, weight=1.0) -> StreamPlan:
+def plan(counts=(10, 0, 7, 13), shards=3, window=4, read_bytes=1, weight=1.0, first_read_bytes=1) -> StreamPlan:
     component = ComponentPlan(
         index=0,
         name="c",
@@ -26,18 +26,24 @@ def plan(counts=(10, 0, 7, 13), shards=3, window=4, read_bytes=1, weight=1.0) ->
         bytes_per_row=1.0,
     )
     return StreamPlan(
-        seed=3, num_shards=shards, shuffle_window=window, split="train", components=(component,), read_bytes=read_bytes
+        seed=3,
+        num_shards=shards,
+        shuffle_window=window,
+        split="train",
+        components=(component,),
+        read_bytes=read_bytes,
+        first_read_bytes=first_read_bytes,
     )
 
 
 def rows_of(p: StreamPlan, shard: int, epoch: int) -> list[tuple[int, int]]:
     """(file, row) of every position of a shard's slice in one epoch, in stream order."""
-    n_blocks = p.n_blocks(0, shard)
     found = []
     for unit in itertools.takewhile(lambda u: u.epoch == epoch, p.units_from(0, shard, epoch, 0)):
-        rows = [(s.file, r) for s in p.segments(unit) for r in range(s.start, s.stop)]
-        found.extend(rows[i] for i in p.shuffle(unit))
-    assert len(found) == p.slice_length(0, shard) and n_blocks >= 1
+        segments, wanted = p.rows(unit)
+        rows = [(s.file, r) for s in segments for r in range(s.start, s.stop)]
+        found.extend(rows[i] for i in wanted)
+    assert len(found) == p.slice_length(0, shard)
     return found
 
 
@@ -62,11 +68,19 @@ def test_documents_are_shuffled_only_within_their_window():
         assert sorted(rows[block * 8 : block * 8 + 8]) == list(range(block * 8, block * 8 + 8))
 
 
-def test_units_start_at_the_block_holding_a_position_and_go_on_forever():
-    p = plan(counts=(30,), shards=1, window=4, read_bytes=8)  # two blocks per unit
-    units = list(itertools.islice(p.units_from(0, 0, epoch=5, position=13), 4))
-    assert [(u.epoch, u.block, u.n_blocks) for u in units] == [(5, 3, 2), (5, 5, 2), (5, 7, 1), (6, 0, 2)]
-    assert p.positions(units[2]) == (28, 30)
+def test_units_ramp_up_in_the_first_block_then_are_whole_blocks_forever():
+    p = plan(counts=(30,), shards=1, window=4, read_bytes=8, first_read_bytes=1)
+    units = list(itertools.islice(p.units_from(0, 0, epoch=5, position=9), 6))
+    assert [(u.epoch, u.first, u.count) for u in units] == [
+        (5, 9, 1),
+        (5, 10, 2),
+        (5, 12, 8),
+        (5, 20, 8),
+        (5, 28, 2),
+        (6, 0, 8),
+    ]
+    for read_bytes in (1, 3, 100):  # however the work is cut, the stream's order is the same
+        assert rows_of(plan(read_bytes=read_bytes, first_read_bytes=1), 2, 1) == rows_of(plan(), 2, 1)
 
 
 def test_a_component_smaller_than_the_shard_count_is_refused_unless_unused():
