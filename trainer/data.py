@@ -15,7 +15,7 @@ from trainer.parallel import World
 log = logging.getLogger("factory.trainer")
 
 
-def _loader(cfg: Config, world: World, split: str):
+def _loader(cfg: Config, world: World, split: str, **options: Any):
     from streaming_loader import StreamingLoader
 
     return StreamingLoader.from_manifest(
@@ -28,6 +28,7 @@ def _loader(cfg: Config, world: World, split: str):
         backend=cfg.data.backend,
         split=split,
         log_interval_s=0,
+        **options,
     )
 
 
@@ -38,8 +39,14 @@ def build_loader(cfg: Config, world: World):
 
 
 def build_eval_loader(cfg: Config, world: World):
-    """A fresh loader over the manifest's held-out split: the same batches at every evaluation."""
-    return _loader(cfg, world, "heldout")
+    """A fresh loader over the manifest's held-out split: the same batches at every evaluation.
+
+    One logical shard per rank: a held-out split is small, and the training stream's many shards
+    (each needing documents of every component) would split it too thin. Evaluations never
+    resume, so they need no more shards than ranks; the batches are then the same at every
+    evaluation of a run on this many ranks.
+    """
+    return _loader(cfg, world, "heldout", num_shards=world.size)
 
 
 def merge_loader_states(states: list[dict], world: World) -> dict | list[dict]:
