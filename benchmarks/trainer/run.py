@@ -1,7 +1,7 @@
 """Trainer throughput: tokens/s, MFU and the fraction of each step spent waiting for data.
 
-    python -m benchmarks.trainer --config configs/demo-train.toml --nproc 2 --steps 20
-    python -m benchmarks.trainer --config configs/1b.toml --nproc 8 --steps 50   # on GPUs
+    python benchmarks/trainer/run.py --config configs/demo-train.toml --nproc 2 --steps 20
+    python benchmarks/trainer/run.py --config configs/1b.toml --nproc 8 --steps 50   # on GPUs
 
 It runs `factory train` for a fresh run directory and reads the run's metrics.jsonl, skipping
 the first steps (start-up, compilation). MFU = achieved model FLOP/s over the devices' peak:
