@@ -28,17 +28,22 @@ class RMSNorm(nn.Module):
 
 
 def rope_frequencies(head_dim: int, max_seq_len: int, theta: float) -> torch.Tensor:
-    """Complex rotations ``[max_seq_len, head_dim // 2]`` for rotary position embeddings."""
+    """Rotations for rotary position embeddings: ``[max_seq_len, head_dim // 2, 2]`` (cos, sin).
+
+    Real cos/sin rather than complex numbers: torch.compile's inductor generates code for these.
+    """
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
     angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), inv_freq)
-    return torch.polar(torch.ones_like(angles), angles)
+    return torch.stack((angles.cos(), angles.sin()), dim=-1)
 
 
 def apply_rope(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x [B, T, H, D]`` by ``freqs [B or 1, T, D/2]`` (positions already selected)."""
-    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
-    rotated = torch.view_as_real(pairs * freqs.unsqueeze(2)).flatten(3)
-    return rotated.type_as(x)
+    """Rotate ``x [B, T, H, D]`` by ``freqs [B or 1, T, D/2, 2]`` (positions already selected)."""
+    pairs = x.float().reshape(*x.shape[:-1], -1, 2)
+    real, imag = pairs[..., 0], pairs[..., 1]
+    cos, sin = freqs[..., 0].unsqueeze(2), freqs[..., 1].unsqueeze(2)
+    rotated = torch.stack((real * cos - imag * sin, real * sin + imag * cos), dim=-1)
+    return rotated.flatten(3).type_as(x)
 
 
 class Attention(nn.Module):
