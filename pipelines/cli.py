@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tag": ("pipelines.explore", "name a snapshot with a tag"),
     "tokenizer": ("streaming_loader.tokenizer_command", "build a byte-level BPE tokenizer from pinned snapshots"),
     "mix": ("mixtures.command", "pin a mixture spec to snapshot ids and data files"),
+    "train": ("trainer.launch", "train a model on a pinned manifest through torchrun"),
+    "lineage": ("trainer.lineage", "show which data, pipeline runs and raw inputs made a checkpoint"),
     "gc": ("pipelines.garbage", "remove staged files of runs that never committed"),
     "demo": ("pipelines.demo", "run the chain on the embedded default with a built-in corpus"),
 }

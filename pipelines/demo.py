@@ -10,6 +10,10 @@ removed (licence texts and copyright files repeat a lot).
 Then it filters the demo tables (``dedup.*`` when they exist, else ``raw.*``) with the shipped
 ``code`` and ``text`` configs into ``filtered.*``, validates, publishes and tags them.
 
+Then it trains a tokenizer on the filtered tables, pins a two-component mixture of them, shows
+the first batches' shares, trains a tiny model on 2 CPU ranks with evals and checkpoints
+(``configs/demo-train.toml``) and prints the final checkpoint's lineage.
+
 Run ids are derived from the corpus listing and, for dedup and filter, from the pinned input
 snapshot and the parameters or config, so running the demo again is a no-op.
 """
@@ -30,6 +34,7 @@ from pathlib import Path
 from pyiceberg.catalog import Catalog
 
 from pipelines.catalog import factory_home, load_catalog, resolve
+from pipelines.exceptions import FactoryError
 from pipelines.explore import format_rows, format_tables, tag
 from pipelines.ingest import IngestOptions, format_result, ingest
 from pipelines.ingest_inputs import discover
@@ -85,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(format_tables(catalog))
     _step("mix", lambda: _mix_and_stream(catalog))
+    _step("train", _train)
     return 0
 
 
@@ -238,6 +244,47 @@ def _mix_and_stream(catalog: Catalog, batches: int = 3) -> None:
             counts = next(loader)["components"].bincount(minlength=len(names)).tolist()
             shares = "  ".join(f"{n} {c:2d} ({c / 16:.2f})" for n, c in zip(names, counts, strict=True))
             print(f"  batch {index}: {shares}")
+
+
+DEMO_TRAIN_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo-train.toml"
+
+
+def _train() -> None:
+    """Train a tiny model on 2 CPU ranks on the pinned mixture, then show its lineage.
+
+    The run folder is named after the manifest's fingerprint: the same data resumes (a no-op once
+    finished), new data starts a new run.
+    """
+    import json
+    import subprocess
+    import sys
+
+    folder = factory_home() / "demo"
+    fingerprint = json.loads((folder / "manifest.json").read_text())["fingerprint"].removeprefix("sha256:")
+    run_dir = folder / "runs" / fingerprint[:12]
+    overrides = [
+        f"data.manifest='{folder / 'manifest.json'}'",
+        f"data.tokenizer='{folder / 'tokenizer.json'}'",
+        f"run.dir='{run_dir}'",
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "pipelines.cli",
+        "train",
+        "--config",
+        str(DEMO_TRAIN_CONFIG),
+        "--nproc",
+        "2",
+        "--resume",
+    ]
+    for override in overrides:
+        command += ["--set", override]
+    print(f"· {' '.join(command[2:])}", flush=True)
+    if subprocess.run(command).returncode != 0:
+        raise FactoryError(f"the demo's training run failed (see above); its folder is {run_dir}")
+    print(f"\n· factory lineage {run_dir}")
+    subprocess.run([sys.executable, "-m", "pipelines.cli", "lineage", str(run_dir)], check=True)
 
 
 def _trained_on(tokenizer: Path) -> list[str]:

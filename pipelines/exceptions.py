@@ -41,6 +41,10 @@ class MissingDependencyError(FactoryError):
     """Something the machine must provide (Java, a binary, a package) is missing."""
 
 
+class ConfigError(FactoryError):
+    """A config file or value is missing, unknown or out of range."""
+
+
 class MixtureSpecError(FactoryError):
     """A mixture spec is malformed or names components, weights or filters that cannot be used."""
 

@@ -1,0 +1,63 @@
+"""Checkpoints in one process (the 2-rank paths run under torchrun in test_train.py)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from trainer import checkpoint
+from trainer.config import ModelConfig
+from trainer.model import Transformer
+from trainer.parallel import World
+
+WORLD = World(rank=0, size=1, local_rank=0, device=torch.device("cpu"), mesh=None)
+
+
+def setup(seed: int):
+    model = Transformer(ModelConfig(preset="tiny", vocab_size=50, max_seq_len=16))
+    model.init_weights(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1 / (s + 1))
+    return model, optimizer, scheduler
+
+
+def one_step(model, optimizer, scheduler) -> None:
+    tokens = torch.randint(0, 50, (2, 9))
+    loss = torch.nn.functional.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
+    loss.backward()
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad()
+
+
+def test_save_and_load_restore_everything(tmp_path):
+    model, optimizer, scheduler = setup(0)
+    one_step(model, optimizer, scheduler)
+    path = checkpoint.save(tmp_path, 1, model, optimizer, scheduler, {"batch": 1}, {"who": "me"}, WORLD, keep=3)
+    expected_next = torch.rand(3)  # what the RNG gives right after the save
+
+    other, other_opt, other_sched = setup(1)
+    resumed = checkpoint.load(path, other, other_opt, other_sched, WORLD)
+    assert resumed.step == 1 and resumed.loader_states == [{"batch": 1}]
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), other.parameters(), strict=True))
+    assert other_sched.get_last_lr() == scheduler.get_last_lr()
+    assert torch.equal(torch.rand(3), expected_next)
+    saved_state, restored_state = optimizer.state_dict()["state"], other_opt.state_dict()["state"]
+    assert all(torch.equal(saved_state[k]["exp_avg"], restored_state[k]["exp_avg"]) for k in saved_state)
+    assert json.loads((path / "lineage.json").read_text()) == {"who": "me"}
+
+
+def test_partial_checkpoints_are_ignored_and_old_ones_pruned(tmp_path):
+    model, optimizer, scheduler = setup(0)
+    for step in (1, 2, 3):
+        checkpoint.save(tmp_path, step, model, optimizer, scheduler, {}, {}, WORLD, keep=2)
+    assert [s for s, _ in checkpoint.complete_checkpoints(tmp_path)] == [2, 3]
+    crashed = checkpoint.checkpoints_dir(tmp_path) / "step-4"
+    crashed.mkdir()
+    (crashed / "rank-0.json").write_text("{half")  # a save that died before its marker
+    assert checkpoint.latest_checkpoint(tmp_path)[0] == 3
+    # Saving that step again replaces the partial folder.
+    checkpoint.save(tmp_path, 4, model, optimizer, scheduler, {}, {}, WORLD, keep=2)
+    assert [s for s, _ in checkpoint.complete_checkpoints(tmp_path)] == [3, 4]
+    assert json.loads((crashed / "rank-0.json").read_text())["step"] == 4

@@ -1,0 +1,201 @@
+"""The trainer end to end: real torchrun with gloo, the streaming loader, Spark-ingested data.
+
+One session-scoped corpus (ingested through the real job, so lineage has runs to show), pinned
+into a two-component manifest with a tokenizer trained on it. The runs share it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_factory
+
+STEPS = 6
+
+
+@dataclass(frozen=True)
+class TrainSetup:
+    home: Path
+    config: Path
+
+
+def _jsonl(path: Path, texts: list[str]) -> None:
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+
+
+@pytest.fixture(scope="session")
+def setup(spark, tmp_path_factory) -> TrainSetup:
+    from pyiceberg.catalog import load_catalog
+
+    from mixtures.pin import pin
+    from mixtures.spec import spec_from_dict
+    from pipelines.catalog import embedded_catalog_properties
+    from pipelines.ingest import IngestOptions, ingest
+    from pipelines.ingest_records import RecordConfig
+    from streaming_loader.tokenizer_train import train_tokenizer
+
+    home = tmp_path_factory.mktemp("train-home")
+    (home / "warehouse").mkdir()
+    catalog = load_catalog("factory", **embedded_catalog_properties(home))
+    words = "the data engine streams pinned snapshots into training while every checkpoint keeps lineage".split()
+    prose = [" ".join(words[(i * 7 + k) % len(words)] for k in range(8 + i % 23)) + "." for i in range(300)]
+    code = [f"def f{i}(x):\n    return x * {i} + {i % 7}\n" for i in range(300)]
+    for name, texts in (("text", prose), ("code", code)):
+        corpus = home / f"{name}.jsonl"
+        _jsonl(corpus, texts)
+        opts = IngestOptions([str(corpus)], "jsonl", f"raw.{name}", RecordConfig(source=name), run_id=f"train-{name}")
+        ingest(spark, catalog, opts)
+    spec = {
+        "seed": 5,
+        "components": [
+            {"name": "text", "table": "raw.text", "weight": 0.5, "heldout_fraction": 0.1},
+            {"name": "code", "table": "raw.code", "weight": 0.5, "heldout_fraction": 0.1},
+        ],
+    }
+    pin(catalog, spec_from_dict(spec)).save(home / "manifest.json")
+    (home / "tokenizer.json").write_text(train_tokenizer(catalog, ["raw.text", "raw.code"], 300).text)
+    config = home / "train.toml"
+    config.write_text(
+        f"""
+[data]
+manifest = "{home / "manifest.json"}"
+tokenizer = "{home / "tokenizer.json"}"
+seq_len = 32
+global_batch_size = 8
+backend = "local"
+
+[model]
+preset = "tiny"
+
+[train]
+steps = {STEPS}
+micro_batch_size = 2
+
+[optim]
+lr = 0.01
+warmup_steps = 2
+
+[eval]
+every = 3
+batches = 1
+
+[checkpoint]
+every = 2
+keep = 2
+"""
+    )
+    return TrainSetup(home, config)
+
+
+def torchrun(setup: TrainSetup, run_dir: Path, nproc: int, *extra: str, env: dict | None = None):
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
+    command += ["-m", "trainer.train", "--config", str(setup.config), "--set", f"run.dir='{run_dir}'", *extra]
+    return subprocess.run(
+        command,
+        cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    """Step → loss; a step logged twice (before a crash and after resume) keeps its last value."""
+    found = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["kind"] == "train":
+            found[record["step"]] = record["loss"]
+    return found
+
+
+@pytest.fixture(scope="session")
+def two_rank_run(setup, tmp_path_factory) -> Path:
+    """The uninterrupted reference run: 2 ranks, FSDP, launched through `factory train`."""
+    run_dir = tmp_path_factory.mktemp("runs") / "two-rank"
+    proc = run_factory(
+        "train", "--config", str(setup.config), "--nproc", "2", "--set", f"run.dir='{run_dir}'", timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return run_dir
+
+
+@pytest.mark.slow
+def test_two_rank_fsdp_matches_one_plain_process(setup, two_rank_run, tmp_path):
+    single = tmp_path / "single"
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer.train", "--config", str(setup.config), "--set", f"run.dir='{single}'"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    sharded, plain = losses(two_rank_run), losses(single)
+    assert sorted(sharded) == sorted(plain) == list(range(1, STEPS + 1))
+    for step in plain:
+        assert sharded[step] == pytest.approx(plain[step], rel=1e-4), step
+    assert plain[STEPS] < plain[1]  # it learns
+
+
+@pytest.mark.slow
+def test_evals_checkpoints_and_lineage(setup, two_rank_run):
+    records = [json.loads(line) for line in (two_rank_run / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert [e["step"] for e in evals] == [3, 6]
+    for e in evals:
+        assert set(e) >= {"text", "code"} and e["code"]["ppl"] > 1 and e["code"]["tokens"] > 0
+    train = [r for r in records if r["kind"] == "train"]
+    assert all({"loss", "lr", "grad_norm", "tokens_per_s", "data_wait_frac"} <= set(r) for r in train)
+
+    kept = sorted(p.name for p in (two_rank_run / "checkpoints").iterdir())
+    assert kept == ["step-4", "step-6"]  # every 2, keep 2
+    lineage = json.loads((two_rank_run / "checkpoints" / "step-6" / "lineage.json").read_text())
+    assert lineage["step"] == 6 and lineage["config"]["train"]["steps"] == STEPS
+    manifest = json.loads((setup.home / "manifest.json").read_text())
+    assert lineage["manifest"]["fingerprint"] == manifest["fingerprint"]
+    assert [(c["table"], c["snapshot_id"]) for c in lineage["components"]] == [
+        (c["table"], c["snapshot_id"]) for c in manifest["components"]
+    ]
+    assert len(lineage["tokenizer"]["sha256"]) == 64
+    position = lineage["loader_position"]
+    assert position["next_global_batch"] == 6 and position["tokens"] == 6 * 8 * 32
+    assert position["rank0_state"]["batch"] == 6
+    (ingest_run,) = lineage["components"][1]["runs"]
+    assert ingest_run["job"] == "ingest" and ingest_run["run_id"] == "train-code"
+    assert ingest_run["inputs"][0]["uri"].endswith("code.jsonl")
+
+    shown = run_factory("lineage", str(two_rank_run))
+    assert shown.returncode == 0, shown.stderr
+    assert "ingest run train-code" in shown.stdout and "code.jsonl" in shown.stdout
+    assert "next global batch 6" in shown.stdout
+    as_json = json.loads(run_factory("lineage", str(two_rank_run / "checkpoints" / "step-4"), "--json").stdout)
+    assert as_json["step"] == 4
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_bit_for_bit_and_on_another_world_size(setup, two_rank_run, tmp_path):
+    run_dir = tmp_path / "killed"
+    killed = torchrun(setup, run_dir, 2, env={"FACTORY_FAIL_AT": "after-step-5"})
+    assert killed.returncode != 0
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-2", "step-4"]
+
+    # Keep a copy of the step-4 checkpoint for the resume on one rank.
+    other = tmp_path / "one-rank"
+    subprocess.run(["cp", "-r", str(run_dir), str(other)], check=True)
+
+    resumed = torchrun(setup, run_dir, 2, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    reference = losses(two_rank_run)
+    assert losses(run_dir) == reference  # bit for bit: same floats
+
+    on_one = torchrun(setup, other, 1, "--resume")
+    assert on_one.returncode == 0, on_one.stderr[-4000:]
+    continued = losses(other)
+    for step in (5, 6):
+        assert continued[step] == pytest.approx(reference[step], rel=1e-4)

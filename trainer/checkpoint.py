@@ -1,0 +1,148 @@
+"""Checkpoints: ``<run_dir>/checkpoints/step-<N>/`` (DESIGN.md, "Checkpoints").
+
+Each holds a torch.distributed.checkpoint (DCP) of the model and optimizer, sharded as trained
+and reshardable to another number of ranks; per rank a JSON file (step, scheduler, loader
+state) and the RNG states; ``lineage.json``; and last, the ``COMPLETE`` marker. A directory
+without the marker (a crash mid-save) is ignored and replaced by the next save of that step.
+
+Trust boundary: loading a checkpoint runs DCP's loader, which unpickles its ``.metadata`` file
+and the optimizer's non-tensor values (param groups). Load only checkpoints you (or your
+pipeline) wrote. Everything this module writes itself is JSON, or tensors read back with
+``torch.load(weights_only=True)``, which refuses arbitrary objects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from trainer.parallel import World, barrier
+
+COMPLETE = "COMPLETE"
+_STEP_DIR = re.compile(r"step-(\d+)\Z")
+
+
+def checkpoints_dir(run_dir: Path) -> Path:
+    return run_dir / "checkpoints"
+
+
+def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """``(step, path)`` of every complete checkpoint, oldest first."""
+    root = checkpoints_dir(run_dir)
+    found = []
+    for path in root.iterdir() if root.is_dir() else ():
+        match = _STEP_DIR.match(path.name)
+        if match and (path / COMPLETE).is_file():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: Path) -> tuple[int, Path] | None:
+    done = complete_checkpoints(run_dir)
+    return done[-1] if done else None
+
+
+@dataclass
+class Resumed:
+    step: int
+    loader_states: list[dict]  # every saved rank's loader state, by rank
+    rank_state: dict  # this rank's saved JSON (or rank 0's when the world grew)
+
+
+def save(
+    run_dir: Path,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    loader_state: dict,
+    lineage: dict,
+    world: World,
+    keep: int,
+) -> Path:
+    """Save step ``step`` on every rank; returns the checkpoint directory."""
+    path = checkpoints_dir(run_dir) / f"step-{step}"
+    if world.is_main and path.exists():  # a partial save of this step from a crashed run
+        shutil.rmtree(path)
+    barrier(world)
+    model_state, optim_state = get_state_dict(model, optimizer)
+    with _single_process_quiet():
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(path), no_dist=world.mesh is None)
+    rank_state = {"step": step, "world_size": world.size, "scheduler": scheduler.state_dict(), "loader": loader_state}
+    _write_json(path / f"rank-{world.rank}.json", rank_state)
+    rng = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state()
+    torch.save(rng, path / f"rng-rank-{world.rank}.pt")
+    barrier(world)
+    if world.is_main:
+        _write_json(path / "lineage.json", lineage)
+        _write_json(path / COMPLETE, {"step": step, "world_size": world.size})
+        _prune(run_dir, keep)
+    barrier(world)
+    return path
+
+
+def load(
+    path: Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    world: World,
+) -> Resumed:
+    """Restore model, optimizer, scheduler and RNG from ``path``, resharding DCP if the world changed."""
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optim": optim_state}
+    with _single_process_quiet():
+        dcp.load(state, checkpoint_id=str(path), no_dist=world.mesh is None)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+    saved_world = json.loads((path / COMPLETE).read_text())["world_size"]
+    states = [json.loads((path / f"rank-{r}.json").read_text()) for r in range(saved_world)]
+    mine = states[world.rank] if world.rank < saved_world else states[0]
+    scheduler.load_state_dict(mine["scheduler"])
+    rng_file = path / f"rng-rank-{world.rank if world.rank < saved_world else 0}.pt"
+    rng = torch.load(rng_file, weights_only=True)
+    torch.set_rng_state(rng["cpu"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state(rng["cuda"])
+    return Resumed(mine["step"], [s["loader"] for s in states], mine)
+
+
+def _prune(run_dir: Path, keep: int) -> None:
+    """Remove complete checkpoints beyond the newest ``keep``, and partial ones older than those kept."""
+    done = complete_checkpoints(run_dir)
+    for _, old in done[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    oldest_kept = done[-keep:][0][0] if done else 0
+    for path in checkpoints_dir(run_dir).iterdir():
+        match = _STEP_DIR.match(path.name)
+        if match and int(match.group(1)) < oldest_kept and not (path / COMPLETE).exists():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _single_process_quiet() -> Iterator[None]:
+    """DCP warns that it assumes one process when there is no process group: here that is intended."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+def _write_json(path: Path, value: dict) -> None:
+    """Write then rename, so a reader never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=2, sort_keys=True))
+    os.replace(tmp, path)

@@ -1,0 +1,214 @@
+"""The training config: TOML sections into validated dataclasses, every field documented here.
+
+    [run]        dir, seed
+    [data]       manifest, tokenizer, seq_len, global_batch_size, backend
+    [model]      preset or dimensions
+    [train]      steps, micro_batch_size, grad_clip, compile, dtype
+    [optim]      lr, betas, weight_decay, warmup_steps, min_lr_ratio
+    [eval]       every, batches
+    [checkpoint] every, keep
+
+``--set section.key=value`` overrides a field (the value parsed as TOML, else taken as text).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pipelines.exceptions import ConfigError
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+@dataclass
+class ModelConfig:
+    preset: str = "tiny"  # tiny (~0.4M params, CPU tests) · small (~20M) · 1b (GPU); fields below override
+    dim: int = 0  # model width; 0 takes the preset's
+    n_layers: int = 0  # transformer blocks
+    n_heads: int = 0  # attention heads
+    n_kv_heads: int = 0  # key/value heads (grouped-query attention); 0 = n_heads
+    hidden_dim: int = 0  # SwiGLU hidden width; 0 = about 8/3 · dim rounded up to 64
+    vocab_size: int = 0  # 0 = the tokenizer's vocabulary size (set at start-up)
+    max_seq_len: int = 0  # longest sequence the rotary table covers; 0 = data.seq_len
+    norm_eps: float = 1e-5  # RMSNorm epsilon
+    rope_theta: float = 10000.0  # rotary base
+
+    PRESETS: ClassVar[dict[str, dict[str, int]]] = {
+        "tiny": {"dim": 64, "n_layers": 2, "n_heads": 4},
+        "small": {"dim": 384, "n_layers": 6, "n_heads": 6},
+        "1b": {"dim": 2048, "n_layers": 16, "n_heads": 32, "n_kv_heads": 8, "hidden_dim": 8192},
+    }
+
+    def __post_init__(self) -> None:
+        _check(self.preset in self.PRESETS, f"model.preset must be one of {sorted(self.PRESETS)}, got {self.preset!r}")
+        for key, value in self.PRESETS[self.preset].items():
+            if not getattr(self, key):
+                setattr(self, key, value)
+        _check(self.dim > 0 and self.n_layers > 0 and self.n_heads > 0, "model dim, n_layers, n_heads must be > 0")
+        _check(self.dim % self.n_heads == 0, f"model.dim {self.dim} must divide by n_heads {self.n_heads}")
+        _check(
+            (self.dim // self.n_heads) % 2 == 0, "model head size (dim / n_heads) must be even for rotary embeddings"
+        )
+        _check(self.kv_heads > 0 and self.n_heads % self.kv_heads == 0, "model.n_heads must divide by n_kv_heads")
+        if not self.hidden_dim:
+            self.hidden_dim = 64 * -(-int(8 * self.dim / 3) // 64)
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+
+@dataclass
+class RunConfig:
+    dir: str = "runs/default"  # run directory: checkpoints/, metrics.jsonl, config.resolved.json
+    seed: int = 0  # model initialisation seed (the data order is the manifest's seed)
+
+
+@dataclass
+class DataConfig:
+    manifest: str = ""  # pinned mixture manifest (factory mix pin)
+    tokenizer: str = ""  # HF tokenizer.json
+    seq_len: int = 256  # tokens per training sequence
+    global_batch_size: int = 8  # sequences per optimizer step across all ranks
+    backend: str = "local"  # loader backend: local (in process) or ray
+
+    def __post_init__(self) -> None:
+        _check(bool(self.manifest), "data.manifest is required (a manifest from `factory mix pin`)")
+        _check(bool(self.tokenizer), "data.tokenizer is required (a tokenizer.json)")
+        _check(self.seq_len > 0 and self.global_batch_size > 0, "data.seq_len and data.global_batch_size must be > 0")
+        _check(self.backend in ("local", "ray"), f"data.backend must be local or ray, got {self.backend!r}")
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 100  # optimizer steps in the whole run
+    micro_batch_size: int = 0  # sequences per forward pass per rank; 0 = the rank's whole share (no accumulation)
+    grad_clip: float = 1.0  # clip the global gradient norm to this; 0 = no clipping
+    compile: bool = False  # torch.compile each block
+    dtype: str = "auto"  # compute dtype: auto (bf16 on GPU, fp32 on CPU), float32, bfloat16
+
+    def __post_init__(self) -> None:
+        _check(self.steps > 0, "train.steps must be > 0")
+        _check(self.micro_batch_size >= 0, "train.micro_batch_size must be >= 0")
+        _check(self.grad_clip >= 0, "train.grad_clip must be >= 0")
+        _check(self.dtype in ("auto", "float32", "bfloat16"), "train.dtype must be auto, float32 or bfloat16")
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 3e-3  # peak learning rate (AdamW)
+    betas: tuple[float, float] = (0.9, 0.95)  # AdamW betas
+    weight_decay: float = 0.1  # AdamW decoupled weight decay
+    warmup_steps: int = 10  # linear warm-up from 0 to lr
+    min_lr_ratio: float = 0.1  # cosine decay floor as a fraction of lr
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)
+        _check(self.lr > 0, "optim.lr must be > 0")
+        _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "optim.betas must be two values in [0, 1)")
+        _check(self.warmup_steps >= 0 and 0 <= self.min_lr_ratio <= 1, "optim warm-up >= 0 and min_lr_ratio in [0, 1]")
+
+
+@dataclass
+class EvalConfig:
+    every: int = 0  # evaluate held-out loss every N steps (and at the last step); 0 = never
+    batches: int = 2  # global batches of held-out data per component per evaluation
+
+    def __post_init__(self) -> None:
+        _check(self.every >= 0 and self.batches > 0, "eval.every must be >= 0 and eval.batches > 0")
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 0  # save every N steps (and at the last step); 0 = only at the end
+    keep: int = 3  # newest complete checkpoints kept; older ones are removed
+
+    def __post_init__(self) -> None:
+        _check(self.every >= 0 and self.keep > 0, "checkpoint.every must be >= 0 and checkpoint.keep > 0")
+
+
+@dataclass
+class Config:
+    data: DataConfig
+    run: RunConfig = field(default_factory=RunConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+    def __post_init__(self) -> None:
+        if not self.model.max_seq_len:
+            self.model.max_seq_len = self.data.seq_len
+        _check(self.data.seq_len <= self.model.max_seq_len, "data.seq_len must be <= model.max_seq_len")
+
+    def check_world(self, world: int) -> None:
+        """Reject settings that would hang or mis-shard only once ranks are known (fail fast)."""
+        gbs = self.data.global_batch_size
+        _check(gbs % world == 0, f"data.global_batch_size {gbs} must divide by the number of ranks {world}")
+        micro = self.train.micro_batch_size
+        _check(
+            not micro or (gbs // world) % micro == 0,
+            f"each rank's {gbs // world} sequences must divide by train.micro_batch_size {micro}",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_SECTION_TYPES = {
+    "data": DataConfig,
+    "run": RunConfig,
+    "model": ModelConfig,
+    "train": TrainConfig,
+    "optim": OptimConfig,
+    "eval": EvalConfig,
+    "checkpoint": CheckpointConfig,
+}
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """``"train.steps=20"`` → ``("train", "steps", 20)``."""
+    key, sep, raw = text.partition("=")
+    section, dot, name = key.strip().partition(".")
+    _check(bool(sep and dot and section and name), f"--set takes section.key=value, got {text!r}")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return section, name, value
+
+
+def load_config(path: str | Path | None, overrides: list[str] = (), raw: dict | None = None) -> Config:
+    """A validated config from a TOML file (or ``raw`` dict) and ``--set`` overrides."""
+    if raw is None:
+        try:
+            raw = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError as exc:
+            raise ConfigError(f"config file {path} does not exist") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    raw = {section: dict(values) for section, values in raw.items()}
+    for text in overrides:
+        section, name, value = parse_override(text)
+        raw.setdefault(section, {})[name] = value
+    sections = {}
+    for section, values in raw.items():
+        cls = _SECTION_TYPES.get(section)
+        _check(cls is not None, f"unknown config section [{section}]; known: {', '.join(_SECTION_TYPES)}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(values) - known
+        _check(
+            not unknown,
+            f"unknown key(s) in [{section}]: {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}",
+        )
+        sections[section] = cls(**values)
+    _check("data" in sections, "the config needs a [data] section with manifest and tokenizer")
+    return Config(**sections)

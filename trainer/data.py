@@ -1,0 +1,109 @@
+"""The trainer's side of the data: the streaming loader per rank, held-out loaders, and lineage."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from pipelines.catalog import EMBEDDED_CATALOG_NAME
+from pipelines.catalog import load_catalog as load_named_catalog
+from trainer.config import Config
+from trainer.lineage import pipeline_runs, sha256_file
+from trainer.parallel import World
+
+log = logging.getLogger("factory.trainer")
+
+
+def _loader(cfg: Config, world: World, split: str, **options: Any):
+    from streaming_loader import StreamingLoader
+
+    return StreamingLoader.from_manifest(
+        cfg.data.manifest,
+        tokenizer=cfg.data.tokenizer,
+        seq_len=cfg.data.seq_len,
+        global_batch_size=cfg.data.global_batch_size,
+        dp_rank=world.rank,
+        dp_world=world.size,
+        backend=cfg.data.backend,
+        split=split,
+        log_interval_s=0,
+        **options,
+    )
+
+
+def build_loader(cfg: Config, world: World):
+    """This rank's training loader and the tokenizer's vocabulary size."""
+    loader = _loader(cfg, world, "train")
+    return loader, loader.tokenizer.vocab_size
+
+
+def build_eval_loader(cfg: Config, world: World):
+    """A fresh loader over the manifest's held-out split: the same batches at every evaluation.
+
+    One logical shard per rank: a held-out split is small, and the training stream's many shards
+    (each needing documents of every component) would split it too thin. Evaluations never
+    resume, so they need no more shards than ranks; the batches are then the same at every
+    evaluation of a run on this many ranks.
+    """
+    return _loader(cfg, world, "heldout", num_shards=world.size)
+
+
+def merge_loader_states(states: list[dict], world: World) -> dict | list[dict]:
+    """The state this rank resumes from: its own when the world is unchanged, else every rank's
+    (the loader picks the cursors of the logical shards this rank now serves)."""
+    return states[world.rank] if len(states) == world.size else states
+
+
+def lineage_base(cfg: Config) -> dict[str, Any]:
+    """The parts of a checkpoint's lineage that do not change during the run."""
+    from mixtures.manifest import Manifest
+
+    manifest = Manifest.load(cfg.data.manifest)
+    components = [
+        {
+            "name": c.name,
+            "table": c.table,
+            "snapshot_id": c.snapshot_id,
+            "ref": c.ref,
+            "weight": c.weight,
+            "filter": c.filter,
+            "heldout_fraction": c.heldout_fraction,
+            "files": len(c.files),
+            "records": c.record_count,
+        }
+        for c in manifest.components
+    ]
+    lineage: dict[str, Any] = {
+        "manifest": {
+            "path": str(Path(cfg.data.manifest).resolve()),
+            "name": manifest.name,
+            "fingerprint": manifest.fingerprint,
+            "seed": manifest.seed,
+            "catalog": manifest.catalog,
+            "pinned_at": manifest.pinned_at,
+        },
+        "tokenizer": {"path": str(Path(cfg.data.tokenizer).resolve()), "sha256": sha256_file(cfg.data.tokenizer)},
+        "config": cfg.to_dict(),
+        "components": components,
+    }
+    try:
+        catalog = _catalog_of(manifest.catalog)
+        memo: dict = {}
+        for entry in components:
+            entry["runs"] = pipeline_runs(catalog, entry["table"], entry["snapshot_id"], memo)
+    except Exception as exc:  # the run goes on: training must not stop because the catalog is unreachable
+        log.warning("lineage: pipeline runs unavailable (%s); checkpoints record the manifest only", exc)
+        lineage["lineage_error"] = f"{type(exc).__name__}: {exc}"
+    return lineage
+
+
+def _catalog_of(record: dict[str, str]):
+    """The catalog a manifest was pinned in: the embedded one at its recorded SQLite URI, or a
+    named one from pyiceberg configuration."""
+    from pyiceberg.catalog import load_catalog
+
+    name, uri = record.get("name"), record.get("uri", "")
+    if name == EMBEDDED_CATALOG_NAME and uri.startswith("sqlite"):
+        return load_catalog(name, type="sql", uri=uri)
+    return load_named_catalog(name)

@@ -1,0 +1,140 @@
+"""What data made a checkpoint: manifest → snapshots → the pipeline runs behind them → raw inputs.
+
+Every job records its run in the snapshot summary it commits (``factory.*``), including the
+snapshots it read. Walking those records from the manifest's snapshots back to ingest gives
+the chain; ingest's inputs (file URIs) are the leaves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.table.snapshots import Operation, ancestors_of
+
+from pipelines.commit import snapshot_stats, summary_properties
+from pipelines.exceptions import InputError
+from pipelines.refs import parse_identifier
+
+# Operations after which older snapshots no longer contribute rows to the table's content.
+_REPLACING = {Operation.OVERWRITE, Operation.REPLACE, Operation.DELETE}
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def pipeline_runs(catalog: Catalog, table: str, snapshot_id: int, _memo: dict | None = None) -> list[dict[str, Any]]:
+    """The runs whose commits make up ``table@snapshot_id``, newest first, each with its inputs' runs."""
+    memo = {} if _memo is None else _memo
+    key = (table, snapshot_id)
+    if key in memo:
+        return memo[key]
+    memo[key] = []  # guards against a cycle in malformed summaries
+    iceberg_table = catalog.load_table(parse_identifier(table))
+    snapshot = iceberg_table.snapshot_by_id(snapshot_id)
+    runs = []
+    for ancestor in ancestors_of(snapshot, iceberg_table.metadata):
+        props = summary_properties(ancestor)
+        if "factory.run-id" in props:
+            inputs = []
+            for entry in json.loads(props.get("factory.inputs", "[]")):
+                if "table" in entry:
+                    entry = {**entry, "runs": pipeline_runs(catalog, entry["table"], int(entry["snapshot_id"]), memo)}
+                inputs.append(entry)
+            runs.append(
+                {
+                    "table": table,
+                    "snapshot_id": ancestor.snapshot_id,
+                    "committed_at": datetime.fromtimestamp(ancestor.timestamp_ms / 1000, UTC).isoformat(
+                        timespec="seconds"
+                    ),
+                    "job": props.get("factory.job"),
+                    "run_id": props.get("factory.run-id"),
+                    "code_version": props.get("factory.code-version"),
+                    "params": json.loads(props.get("factory.params", "{}")),
+                    "stats": snapshot_stats(ancestor),
+                    "inputs": inputs,
+                }
+            )
+        if ancestor.summary is not None and ancestor.summary.operation in _REPLACING:
+            break
+    memo[key] = runs
+    return runs
+
+
+def format_lineage(lineage: dict[str, Any]) -> str:
+    """The lineage of a checkpoint as an indented tree for people."""
+    lines = [
+        f"checkpoint {lineage.get('checkpoint', '?')}  step {lineage.get('step')}  code {lineage.get('code_version')}",
+        f"manifest {lineage['manifest'].get('path', '')}  fingerprint {lineage['manifest'].get('fingerprint', '?')}",
+        f"tokenizer {lineage['tokenizer']['path']}  sha256 {lineage['tokenizer']['sha256'][:16]}…",
+        "loader position: next global batch {next_global_batch}, {sequences} sequences, {tokens} tokens".format(
+            **lineage["loader_position"]
+        ),
+        "data:",
+    ]
+    for component in lineage.get("components", []):
+        lines.append(
+            f"  {component['name']}  weight {component['weight']}  {component['table']}@{component['snapshot_id']}"
+        )
+        for run in component.get("runs", []):
+            _format_run(run, "    ", lines)
+    if lineage.get("lineage_error"):
+        lines.append(f"  (pipeline runs unavailable: {lineage['lineage_error']})")
+    return "\n".join(lines)
+
+
+def _format_run(run: dict[str, Any], indent: str, lines: list[str]) -> None:
+    stats = ", ".join(f"{k}={v}" for k, v in run["stats"].items() if "." not in k)
+    lines.append(
+        f"{indent}└─ {run['job']} run {run['run_id']} → {run['table']}@{run['snapshot_id']} ({run['committed_at']})"
+    )
+    if stats:
+        lines.append(f"{indent}     stats {stats}")
+    for entry in run["inputs"]:
+        if "table" in entry:
+            lines.append(f"{indent}     from {entry['table']}@{entry['snapshot_id']}")
+            for upstream in entry.get("runs", []):
+                _format_run(upstream, indent + "       ", lines)
+        else:
+            lines.append(f"{indent}     from {entry.get('uri', entry)}")
+
+
+def read_lineage(path: str | Path) -> dict[str, Any]:
+    """The lineage of a checkpoint directory, or of a run directory's newest complete checkpoint."""
+    from trainer.checkpoint import COMPLETE, latest_checkpoint
+
+    path = Path(path)
+    if not (path / "lineage.json").is_file() and (path / "checkpoints").is_dir():
+        latest = latest_checkpoint(path)
+        if latest is None:
+            raise InputError(f"{path} has no complete checkpoint yet")
+        path = latest[1]
+    if not (path / "lineage.json").is_file():
+        raise InputError(
+            f"{path} is not a checkpoint (no lineage.json); give a checkpoints/step-N folder or a run folder"
+        )
+    if not (path / COMPLETE).is_file():
+        raise InputError(f"{path} is an incomplete checkpoint (no {COMPLETE} marker): a save was interrupted")
+    return json.loads((path / "lineage.json").read_text())
+
+
+def add_arguments(parser: argparse.ArgumentParser, _name: str = "lineage") -> None:
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="a checkpoints/step-N folder, or a run folder")
+    parser.add_argument("--json", action="store_true", help="print the whole lineage as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    lineage = read_lineage(args.checkpoint)
+    print(json.dumps(lineage, indent=2, sort_keys=True) if args.json else format_lineage(lineage))
+    return 0

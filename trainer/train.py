@@ -1,0 +1,237 @@
+"""The train loop: ``torchrun --nproc-per-node N -m trainer.train --config FILE``.
+
+Each step consumes exactly one global batch from the streaming loader (this rank's share),
+so the data a run sees is a function of the pinned manifest and the step, whatever the number
+of ranks. Without torchrun it runs as one plain, unsharded process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pipelines.exceptions import FactoryError
+from pipelines.faults import maybe_fail
+from pipelines.version import code_version
+from trainer import checkpoint
+from trainer.config import Config, load_config
+from trainer.data import build_eval_loader, build_loader, lineage_base, merge_loader_states
+from trainer.metrics import MetricsLog
+from trainer.model import Transformer
+from trainer.parallel import World, all_reduce_sum, apply_compile, apply_fsdp, compute_dtype, init_world, shutdown
+from trainer.schedule import warmup_cosine
+
+IGNORE = -100
+
+
+def build_model(cfg: Config, world: World) -> nn.Module:
+    """Same seeded weights on every rank, then compiled and sharded as configured."""
+    model = Transformer(cfg.model)
+    model.init_weights(cfg.run.seed)
+    model.to(world.device)
+    if cfg.train.compile:
+        apply_compile(model)
+    if world.mesh is not None:
+        apply_fsdp(model, world.mesh, compute_dtype(cfg.train.dtype, world.device))
+    return model
+
+
+def token_losses(model: nn.Module, batch: dict[str, torch.Tensor], dtype: torch.dtype, device: torch.device):
+    """Sum of per-token cross-entropy over the batch and the number of tokens counted."""
+    input_ids = batch["input_ids"].to(device)
+    labels = batch["labels"].to(device)
+    position_ids = batch.get("position_ids")
+    with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+        logits = model(input_ids, None if position_ids is None else position_ids.to(device))
+    loss_sum = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum")
+    return loss_sum, (labels != IGNORE).sum()
+
+
+def train_step(model: nn.Module, batch: dict[str, torch.Tensor], cfg: Config, world: World) -> float:
+    """Forward and backward over this rank's share of one global batch; returns the global mean loss.
+
+    The loss is normalised by the token count of the whole global batch, so gradients (and
+    losses) do not depend on how the batch was split over ranks and micro-batches.
+    """
+    dtype = compute_dtype(cfg.train.dtype, world.device)
+    rows = batch["input_ids"].shape[0]
+    micro = cfg.train.micro_batch_size or rows
+    tokens = all_reduce_sum((batch["labels"] != IGNORE).sum().to(world.device), world)
+    total = torch.zeros((), device=world.device)
+    chunks = list(range(0, rows, micro))
+    for i, start in enumerate(chunks):
+        if hasattr(model, "set_requires_gradient_sync"):  # FSDP: reduce gradients once, on the last chunk
+            model.set_requires_gradient_sync(i == len(chunks) - 1)
+        part = {k: v[start : start + micro] for k, v in batch.items()}
+        loss_sum, _ = token_losses(model, part, dtype, world.device)
+        # FSDP averages gradients over ranks; scaling by the world size turns that into a sum.
+        (loss_sum * world.size / tokens).backward()
+        total += loss_sum.detach()
+    return (all_reduce_sum(total, world) / tokens).item()
+
+
+def clip_gradients(model: nn.Module, max_norm: float) -> float:
+    params = [p for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
+    if hasattr(norm, "full_tensor"):  # a DTensor under FSDP
+        norm = norm.full_tensor()
+    return norm.item()
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, cfg: Config, world: World) -> dict[str, dict[str, float]]:
+    """Held-out loss and perplexity per mixture component, over the same fixed batches each time."""
+    model.eval()
+    dtype = compute_dtype(cfg.train.dtype, world.device)
+    loader = build_eval_loader(cfg, world)
+    names = loader.components
+    sums = torch.zeros(len(names), dtype=torch.float64, device=world.device)
+    counts = torch.zeros(len(names), dtype=torch.float64, device=world.device)
+    try:
+        for _, batch in zip(range(cfg.eval.batches), loader, strict=False):
+            labels = batch["labels"].to(world.device)
+            position_ids = batch.get("position_ids")
+            with torch.autocast(world.device.type, dtype=dtype, enabled=dtype != torch.float32):
+                logits = model(
+                    batch["input_ids"].to(world.device), None if position_ids is None else position_ids.to(world.device)
+                )
+            losses = F.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=IGNORE, reduction="none")
+            rows = batch["components"].to(world.device)
+            sums.index_add_(0, rows, losses.sum(dim=1).double())
+            counts.index_add_(0, rows, (labels != IGNORE).sum(dim=1).double())
+    finally:
+        loader.close()
+    all_reduce_sum(sums, world)
+    all_reduce_sum(counts, world)
+    model.train()
+    results = {}
+    for i, name in enumerate(names):
+        if counts[i] > 0:
+            loss = (sums[i] / counts[i]).item()
+            results[name] = {"loss": loss, "ppl": math.exp(min(loss, 50.0)), "tokens": int(counts[i].item())}
+    return results
+
+
+def train(cfg: Config, world: World, resume: bool = False) -> list[float]:
+    """Run (or continue) training; returns the losses of the steps this call ran."""
+    run_dir = Path(cfg.run.dir)
+    loader, vocab_size = build_loader(cfg, world)
+    if not cfg.model.vocab_size:
+        cfg.model.vocab_size = vocab_size
+    model = build_model(cfg, world)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=cfg.optim.lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(cfg.optim, cfg.train.steps))
+
+    step = 0
+    latest = checkpoint.latest_checkpoint(run_dir) if resume else None
+    if latest is not None:
+        resumed = checkpoint.load(latest[1], model, optimizer, scheduler, world)
+        loader.load_state_dict(merge_loader_states(resumed.loader_states, world))
+        step = resumed.step
+    elif resume and world.is_main:
+        print(f"no complete checkpoint under {run_dir / 'checkpoints'}; starting from step 0", file=sys.stderr)
+
+    metrics = MetricsLog(run_dir, world.is_main, cfg.train.steps)
+    lineage = lineage_base(cfg) if world.is_main else {}
+    if world.is_main:
+        (run_dir / "config.resolved.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=list))
+        metrics.log(step, "start", {"params": model_params(model), "world": world.size, "resumed": latest is not None})
+
+    losses = []
+    batches: Iterator[dict[str, torch.Tensor]] = iter(loader)
+    while step < cfg.train.steps:
+        started = time.perf_counter()
+        batch = next(batches)
+        waited = time.perf_counter() - started
+        loss = train_step(model, batch, cfg, world)
+        grad_norm = clip_gradients(model, cfg.train.grad_clip)
+        lr = scheduler.get_last_lr()[0]
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        losses.append(loss)
+        elapsed = time.perf_counter() - started
+        tokens = cfg.data.global_batch_size * cfg.data.seq_len
+        metrics.log(
+            step,
+            "train",
+            {
+                "loss": loss,
+                "lr": lr,
+                "grad_norm": grad_norm,
+                "tokens_per_s": tokens / elapsed,
+                "data_wait_frac": waited / elapsed,
+            },
+        )
+        maybe_fail(f"after-step-{step}")
+        last = step == cfg.train.steps
+        if cfg.eval.every and (step % cfg.eval.every == 0 or last):
+            metrics.log(step, "eval", evaluate(model, cfg, world))
+        if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or last:
+            state = loader.state_dict()
+            record = lineage_record(lineage, run_dir, step, state, cfg) if world.is_main else {}
+            checkpoint.save(run_dir, step, model, optimizer, scheduler, state, record, world, cfg.checkpoint.keep)
+    metrics.close()
+    loader.close()
+    return losses
+
+
+def model_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters()) if not hasattr(model, "num_params") else model.num_params()
+
+
+def lineage_record(base: dict, run_dir: Path, step: int, loader_state: dict, cfg: Config) -> dict:
+    """The checkpoint's lineage.json: what data, from where, up to which position of the stream.
+
+    The stream is a pure function of the manifest, tokenizer and loader settings, so the index of
+    the next global batch places the run exactly; rank 0's full loader state is kept beside it
+    (every rank's is in its rank-N.json).
+    """
+    batch = loader_state.get("batch", step)
+    position = {
+        "next_global_batch": batch,
+        "sequences": batch * cfg.data.global_batch_size,
+        "tokens": batch * cfg.data.global_batch_size * cfg.data.seq_len,
+        "rank0_state": loader_state,
+    }
+    path = checkpoint.checkpoints_dir(run_dir) / f"step-{step}"
+    return {**base, "checkpoint": str(path), "step": step, "loader_position": position, "code_version": code_version()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="trainer.train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="training config (TOML)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a value")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.set)
+        world = init_world()
+    except FactoryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        cfg.check_world(world.size)
+        train(cfg, world, resume=args.resume)
+    except FactoryError as exc:
+        print(f"error (rank {world.rank}): {exc}", file=sys.stderr)
+        return 2
+    finally:
+        shutdown(world)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
