@@ -225,7 +225,12 @@ def _mix_and_stream(catalog: Catalog, batches: int = 3) -> None:
             "name": "demo",
             "seed": 0,
             "components": [
-                {"name": kind, "table": table, "weight": DEMO_WEIGHTS[kind], "heldout_fraction": 0.01}
+                {
+                    "name": kind,
+                    "table": table,
+                    "weight": DEMO_WEIGHTS[kind],
+                    "heldout_fraction": _heldout_fraction(catalog, table),
+                }
                 for kind, table in tables.items()
             ],
         }
@@ -244,6 +249,14 @@ def _mix_and_stream(catalog: Catalog, batches: int = 3) -> None:
             counts = next(loader)["components"].bincount(minlength=len(names)).tolist()
             shares = "  ".join(f"{n} {c:2d} ({c / 16:.2f})" for n, c in zip(names, counts, strict=True))
             print(f"  batch {index}: {shares}")
+
+
+def _heldout_fraction(catalog: Catalog, table: str, wanted: int = 20) -> float:
+    """1% held out, or enough for about ``wanted`` documents (at most a quarter): every rank's
+    evaluation shard needs documents of each component, and the text filters keep few of the
+    system's documentation files."""
+    records = int(catalog.load_table(table).current_snapshot().summary["total-records"])
+    return round(min(0.25, max(0.01, wanted / max(records, 1))), 4)
 
 
 DEMO_TRAIN_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo-train.toml"
