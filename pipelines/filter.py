@@ -52,7 +52,7 @@ from pipelines.schemas import (
     arrow_schema,
     require_columns,
 )
-from pipelines.spark_session import get_spark, read_snapshot
+from pipelines.spark_session import get_spark, read_snapshot, session_conf
 from pipelines.staging import Target, write_staged
 from quality.batches import VERDICT_FIELDS
 from quality.config import FilterConfig, load_config
@@ -287,17 +287,8 @@ def _many_read_splits(spark: SparkSession) -> Iterator[int]:
     """
     tasks = 8 * spark.sparkContext.defaultParallelism  # small tasks: a slow document holds up less
     conf = {"spark.sql.files.openCostInBytes": str(64 << 10), "spark.sql.files.minPartitionNum": str(tasks)}
-    previous = {key: spark.conf.get(key, None) for key in conf}
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    try:
+    with session_conf(spark, conf):
         yield tasks
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 def drop_stats(counts: dict[str, int]) -> dict[str, int]:
