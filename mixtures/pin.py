@@ -22,7 +22,7 @@ from mixtures import heldout
 from mixtures.files import open_parquet
 from mixtures.manifest import ComponentManifest, DataFile, Manifest
 from mixtures.spec import ComponentSpec, MixtureSpec
-from pipelines.catalog import plan_snapshot, resolve
+from pipelines.catalog import plan_snapshot, resolve, snapshot_schema
 from pipelines.exceptions import MixtureSpecError
 from pipelines.schemas import require_columns
 from pipelines.version import code_version
@@ -54,8 +54,7 @@ def pin(catalog: Catalog, spec: MixtureSpec) -> Manifest:
 def _pin_component(catalog: Catalog, spec: ComponentSpec, weight: float) -> ComponentManifest:
     table, pinned = resolve(catalog, spec.reference)
     label = f"component {spec.name!r} ({pinned})"
-    snapshot = table.snapshot_by_id(pinned.snapshot_id)
-    schema = table.schemas().get(snapshot.schema_id, table.schema()) if snapshot else table.schema()
+    schema = snapshot_schema(table, pinned.snapshot_id)
     require_columns(schema, LOADER_COLUMNS, label)
     row_filter = bind_filter(spec.filter, schema, label)
     tasks = plan_snapshot(table, pinned.snapshot_id, pinned.table_name, row_filter)

@@ -112,6 +112,12 @@ def resolve(catalog: Catalog, text: str) -> tuple[Table, PinnedRef]:
     return table, PinnedRef(parsed.identifier, snapshot_id, parsed.ref)
 
 
+def snapshot_schema(table: Table, snapshot_id: int) -> Schema:
+    """The schema the snapshot was written with (the table's current one if it names none)."""
+    snapshot = table.snapshot_by_id(snapshot_id)
+    return table.schemas().get(snapshot.schema_id, table.schema()) if snapshot else table.schema()
+
+
 def plan_snapshot(
     table: Table, snapshot_id: int, label: str, row_filter: BooleanExpression | None = None
 ) -> list[FileScanTask]:

@@ -122,6 +122,11 @@ def summary_properties(snapshot: Snapshot) -> dict[str, str]:
     return dict(snapshot.summary.additional_properties) if snapshot.summary is not None else {}
 
 
+def record_count(table: Table, snapshot_id: int) -> int:
+    """Rows in a snapshot, from its summary (no file is read)."""
+    return int(summary_properties(table.snapshot_by_id(snapshot_id)).get("total-records", 0))
+
+
 def snapshot_stats(snapshot: Snapshot) -> dict[str, int]:
     """The ``factory.stats.*`` counts a run recorded in a snapshot summary."""
     summary = summary_properties(snapshot)

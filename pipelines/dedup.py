@@ -44,14 +44,14 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from pipelines.catalog import ensure_table, load_catalog, resolve
+from pipelines.catalog import ensure_table, load_catalog, resolve, snapshot_schema
 from pipelines.commit import (
     CommitResult,
     Run,
     commit_files,
     existing_commits,
+    record_count,
     runs_already_committed,
-    summary_properties,
 )
 from pipelines.components import connected_components
 from pipelines.dedup_stages import (
@@ -495,7 +495,7 @@ def _resolve_inputs(catalog: Catalog, opts: DedupOptions) -> _Inputs:
         pinned.append(ref)
     if len({p.identifier for p in pinned}) != len(pinned):
         raise InputError("the same table is given twice as --input; give each input table once")
-    schemas = [_snapshot_schema(t, p.snapshot_id) for t, p in zip(tables, pinned, strict=True)]
+    schemas = [snapshot_schema(t, p.snapshot_id) for t, p in zip(tables, pinned, strict=True)]
     first = _columns(schemas[0])
     for ref, schema in zip(opts.inputs[1:], schemas[1:], strict=True):
         if _columns(schema) != first:
@@ -511,18 +511,8 @@ def _resolve_inputs(catalog: Catalog, opts: DedupOptions) -> _Inputs:
     snapshots = [(t, p.snapshot_id) for t, p in zip(tables, pinned, strict=True)]
     if reference:
         snapshots.append((reference[0], reference[1].snapshot_id))
-    records = sum(_record_count(t, snapshot_id) for t, snapshot_id in snapshots)
+    records = sum(record_count(t, snapshot_id) for t, snapshot_id in snapshots)
     return _Inputs(tables, pinned, schemas[0], reference, records)
-
-
-def _record_count(table: Table, snapshot_id: int) -> int:
-    summary = summary_properties(table.snapshot_by_id(snapshot_id))
-    return int(summary.get("total-records", 0))
-
-
-def _snapshot_schema(table: Table, snapshot_id: int) -> Schema:
-    snapshot = table.snapshot_by_id(snapshot_id)
-    return table.schemas().get(snapshot.schema_id, table.schema()) if snapshot else table.schema()
 
 
 def _columns(schema: Schema) -> list[tuple[str, str]]:

@@ -160,7 +160,6 @@ def _removed_examples(catalog: Catalog, source: PinnedRef, clusters: str, snapsh
 
 def _filter_all(spark, catalog: Catalog) -> None:
     """Filter dedup.* (raw.* before dedup exists), validate, publish and tag filtered.*."""
-    from pipelines.catalog import resolve
     from pipelines.filter import FilterOptions, filter_documents
     from pipelines.filter import format_result as format_filter_result
     from quality.config import load_config
@@ -207,14 +206,15 @@ def _mix_and_stream(catalog: Catalog, batches: int = 3) -> None:
     from mixtures.command import format_manifest
     from mixtures.pin import pin
     from mixtures.spec import spec_from_dict
-    from pipelines.catalog import resolve
+    from pipelines.commit import record_count
     from streaming_loader import StreamingLoader
     from streaming_loader.tokenizer_train import train_tokenizer
 
     folder = factory_home() / "demo"
     folder.mkdir(parents=True, exist_ok=True)
     tables = {kind: next(t for t in candidates if catalog.table_exists(t)) for kind, candidates in DEMO_MIXTURE.items()}
-    refs = [f"{t}@{resolve(catalog, t)[1].snapshot_id}" for t in tables.values()]
+    resolved = {kind: resolve(catalog, table) for kind, table in tables.items()}
+    refs = [f"{tables[kind]}@{pinned.snapshot_id}" for kind, (_, pinned) in resolved.items()]
     tokenizer = folder / "tokenizer.json"
     if not tokenizer.exists() or _trained_on(tokenizer) != refs:  # re-running the demo reuses it
         trained = train_tokenizer(catalog, refs, vocab_size=8192, max_bytes=8 << 20)
@@ -227,11 +227,11 @@ def _mix_and_stream(catalog: Catalog, batches: int = 3) -> None:
             "components": [
                 {
                     "name": kind,
-                    "table": table,
+                    "table": tables[kind],
                     "weight": DEMO_WEIGHTS[kind],
-                    "heldout_fraction": _heldout_fraction(catalog, table),
+                    "heldout_fraction": _heldout_fraction(record_count(table, pinned.snapshot_id)),
                 }
-                for kind, table in tables.items()
+                for kind, (table, pinned) in resolved.items()
             ],
         }
     )
@@ -251,11 +251,10 @@ def _mix_and_stream(catalog: Catalog, batches: int = 3) -> None:
             print(f"  batch {index}: {shares}")
 
 
-def _heldout_fraction(catalog: Catalog, table: str, wanted: int = 20) -> float:
+def _heldout_fraction(records: int, wanted: int = 20) -> float:
     """1% held out, or enough for about ``wanted`` documents (at most a quarter): every rank's
     evaluation shard needs documents of each component, and the text filters keep few of the
     system's documentation files."""
-    records = int(catalog.load_table(table).current_snapshot().summary["total-records"])
     return round(min(0.25, max(0.01, wanted / max(records, 1))), 4)
 
 

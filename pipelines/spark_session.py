@@ -12,7 +12,7 @@ from pathlib import Path
 from pyiceberg.table import Table
 from pyspark.sql import DataFrame, SparkSession
 
-from pipelines.catalog import plan_snapshot
+from pipelines.catalog import plan_snapshot, snapshot_schema
 from pipelines.exceptions import MissingDependencyError
 
 _LOG4J = Path(__file__).with_name("log4j2.properties")
@@ -86,9 +86,7 @@ def read_snapshot(spark: SparkSession, table: Table, snapshot_id: int, label: st
 
     from pipelines.schemas import arrow_schema
 
-    snapshot = table.snapshot_by_id(snapshot_id)
-    iceberg_schema = table.schemas().get(snapshot.schema_id, table.schema()) if snapshot else table.schema()
-    schema = from_arrow_schema(arrow_schema(iceberg_schema))
+    schema = from_arrow_schema(arrow_schema(snapshot_schema(table, snapshot_id)))
     paths = snapshot_files(table, snapshot_id, label)
     if not paths:
         return spark.createDataFrame([], schema)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pyiceberg.catalog import Catalog
 
 from mixtures.files import open_parquet
-from pipelines.catalog import plan_snapshot, resolve
+from pipelines.catalog import plan_snapshot, resolve, snapshot_schema
 from pipelines.exceptions import InputError
 from pipelines.refs import PinnedRef
 from pipelines.schemas import require_columns
@@ -89,9 +89,7 @@ def train_tokenizer(
 
 def _pin(catalog: Catalog, ref: str) -> tuple[list[str], PinnedRef]:
     table, pinned = resolve(catalog, ref)
-    snapshot = table.snapshot_by_id(pinned.snapshot_id)
-    schema = table.schemas().get(snapshot.schema_id, table.schema()) if snapshot else table.schema()
-    require_columns(schema, ("text",), str(pinned))
+    require_columns(snapshot_schema(table, pinned.snapshot_id), ("text",), str(pinned))
     files = sorted(task.file.file_path for task in plan_snapshot(table, pinned.snapshot_id, pinned.table_name))
     return files, pinned
 
