@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipelines.catalog import EMBEDDED_CATALOG_NAME
 from pipelines.catalog import load_catalog as load_named_catalog
 from trainer.config import Config
-from trainer.lineage import pipeline_runs, sha256_file
+from trainer.lineage import pipeline_runs
 from trainer.parallel import World
+
+if TYPE_CHECKING:
+    from streaming_loader import StreamingLoader
 
 log = logging.getLogger("factory.trainer")
 
@@ -55,11 +58,10 @@ def merge_loader_states(states: list[dict], world: World) -> dict | list[dict]:
     return states[world.rank] if len(states) == world.size else states
 
 
-def lineage_base(cfg: Config) -> dict[str, Any]:
-    """The parts of a checkpoint's lineage that do not change during the run."""
-    from mixtures.manifest import Manifest
-
-    manifest = Manifest.load(cfg.data.manifest)
+def lineage_base(cfg: Config, loader: StreamingLoader) -> dict[str, Any]:
+    """The parts of a checkpoint's lineage that do not change during the run: the manifest and
+    tokenizer as the loader read them (its sha256 is the one the stream is defined by)."""
+    manifest = loader.manifest
     components = [
         {
             "name": c.name,
@@ -83,7 +85,7 @@ def lineage_base(cfg: Config) -> dict[str, Any]:
             "catalog": manifest.catalog,
             "pinned_at": manifest.pinned_at,
         },
-        "tokenizer": {"path": str(Path(cfg.data.tokenizer).resolve()), "sha256": sha256_file(cfg.data.tokenizer)},
+        "tokenizer": {"path": str(Path(cfg.data.tokenizer).resolve()), "sha256": loader.tokenizer.sha256},
         "config": cfg.to_dict(),
         "components": components,
     }

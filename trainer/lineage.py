@@ -8,7 +8,6 @@ the chain; ingest's inputs (file URIs) are the leaves.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,14 +22,6 @@ from pipelines.refs import parse_identifier
 
 # Operations after which older snapshots no longer contribute rows to the table's content.
 _REPLACING = {Operation.OVERWRITE, Operation.REPLACE, Operation.DELETE}
-
-
-def sha256_file(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def pipeline_runs(catalog: Catalog, table: str, snapshot_id: int, _memo: dict | None = None) -> list[dict[str, Any]]:

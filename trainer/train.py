@@ -143,7 +143,7 @@ def train(cfg: Config, world: World, resume: bool = False) -> list[float]:
         print(f"no complete checkpoint under {run_dir / 'checkpoints'}; starting from step 0", file=sys.stderr)
 
     metrics = MetricsLog(run_dir, world.is_main, cfg.train.steps)
-    lineage = lineage_base(cfg) if world.is_main else {}
+    lineage = lineage_base(cfg, loader) if world.is_main else {}
     if world.is_main:
         (run_dir / "config.resolved.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=list))
         metrics.log(step, "start", {"params": model_params(model), "world": world.size, "resumed": latest is not None})
