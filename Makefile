@@ -8,6 +8,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The CPU build of torch lies on disk; installing it first stops pip from resolving a CUDA build.
 TORCH := torch==2.13.0
+# The JVM class-data-sharing archive that lets Spark start seconds sooner (pipelines/spark_classes.py).
+CLASSES := $(VENV)/share/factory/spark-classes.jsa
 PIP := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
 
 .PHONY: help install demo test lint format lock java clean
@@ -25,15 +27,18 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP) ## create .venv and install everything pinned
 
+$(CLASSES): $(STAMP) | java
+	$(BIN)/python -m pipelines.spark_classes $@
+
 java: ## check that Java 17+ is present (Spark needs it)
 	@command -v java >/dev/null || { echo "error: Spark needs Java 17; install it with: apt-get install -y openjdk-17-jre-headless"; exit 1; }
 	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p'); [ "$${v:-0}" -ge 17 ] \
 		|| { echo "error: Spark needs Java 17 or newer, found $$v; install openjdk-17-jre-headless"; exit 1; }
 
-demo: install java ## run the whole chain on the embedded default (.factory/)
+demo: install java $(CLASSES) ## run the whole chain on the embedded default (.factory/)
 	$(BIN)/factory demo
 
-test: install java ## run the test suite on real Spark, Iceberg catalogs, Ray and torchrun
+test: install java $(CLASSES) ## run the test suite on real Spark, Iceberg catalogs, Ray and torchrun
 	$(BIN)/python -m pytest
 
 lint: install ## ruff lint and format check

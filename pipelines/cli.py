@@ -29,6 +29,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("pipelines.demo", "run the chain on the embedded default with a built-in corpus"),
 }
 
+# Commands that run Spark jobs → the module their Python tasks import. Their Spark session
+# starts on a background thread while the command's own module is imported, and its Python
+# workers import that module before the first task needs them (spark_session.start_spark_early).
+SPARK_COMMANDS: dict[str, str | None] = {
+    "ingest": "pipelines.ingest_records",
+    "dedup": "pipelines.dedup_stages",
+    "filter": "quality.batches",
+    "demo": None,
+}
+
 EPILOG = """\
 With no configuration the catalog is SQLite at $FACTORY_HOME/catalog.db (default ./.factory).
 --catalog NAME or FACTORY_CATALOG=NAME uses a catalog from pyiceberg's configuration
@@ -65,6 +75,7 @@ def build_parser(selected: str | None) -> argparse.ArgumentParser:
 
 def run_command(name: str, argv: Sequence[str], prog: str | None = None) -> int:
     """Parse ``argv`` for one command and run it (also the spark-submit entry of each job)."""
+    _start_spark_early(name, argv)
     parser = argparse.ArgumentParser(prog=prog or f"factory {name}", description=COMMANDS[name][1])
     add_common_arguments(parser)
     module = importlib.import_module(COMMANDS[name][0])
@@ -72,6 +83,13 @@ def run_command(name: str, argv: Sequence[str], prog: str | None = None) -> int:
     args = parser.parse_args(argv)
     args.command = name
     return _execute(module, args)
+
+
+def _start_spark_early(name: str | None, argv: Sequence[str]) -> None:
+    if name in SPARK_COMMANDS and "-h" not in argv and "--help" not in argv:
+        from pipelines.spark_session import start_spark_early
+
+        start_spark_early(f"factory-{name}", SPARK_COMMANDS[name])
 
 
 def _execute(module, args: argparse.Namespace) -> int:
@@ -96,6 +114,7 @@ def _execute(module, args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in argv if not a.startswith("-")), None)
+    _start_spark_early(selected, argv)
     parser = build_parser(selected if selected in COMMANDS else None)
     args = parser.parse_args(argv)
     return _execute(importlib.import_module(COMMANDS[args.command][0]), args)

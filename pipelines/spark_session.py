@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
+import logging
 import os
 import shutil
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +17,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.catalog import plan_snapshot, snapshot_schema
 from pipelines.exceptions import MissingDependencyError
+
+log = logging.getLogger("factory.spark")
 
 _LOG4J = Path(__file__).with_name("log4j2.properties")
 
@@ -26,11 +31,41 @@ DEFAULT_CONF = {
 }
 
 
+_early_start: threading.Thread | None = None
+
+
+def start_spark_early(app_name: str, worker_module: str | None = None) -> None:
+    """Start the Spark session on a background thread, then its Python workers (``start_python_workers``).
+
+    The JVM takes seconds to start and so does importing a job's Python modules: a command
+    that will need Spark calls this first, and the two overlap. ``get_spark`` waits for it. A
+    failure here is only logged: ``get_spark`` meets it again and reports it.
+    """
+    global _early_start
+
+    def start() -> None:
+        try:
+            spark = _create_session(app_name)
+            if worker_module:
+                start_python_workers(spark, worker_module)
+        except Exception as exc:
+            log.debug("starting Spark early failed: %s", exc)
+
+    _early_start = threading.Thread(target=start, name="start-spark", daemon=True)
+    _early_start.start()
+
+
 def get_spark(app_name: str) -> SparkSession:
     """A Spark session: the one spark-submit configured, else ``local[*]`` in this process.
 
     ``FACTORY_SPARK_MASTER`` and ``FACTORY_SPARK_DRIVER_MEMORY`` adjust the in-process session.
     """
+    if _early_start is not None:
+        _early_start.join()
+    return _create_session(app_name)
+
+
+def _create_session(app_name: str) -> SparkSession:
     # Python workers must run the interpreter that has this package installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
@@ -42,16 +77,49 @@ def get_spark(app_name: str) -> SparkSession:
             raise MissingDependencyError(
                 "Spark needs Java 17: install it with `apt-get install -y openjdk-17-jre-headless`"
             )
-        log4j = f"-Dlog4j.configurationFile={_LOG4J.as_uri()}"
+        java_options = f"-Dlog4j.configurationFile={_LOG4J.as_uri()} {_class_sharing_options()}"
         builder = (
             builder.master(os.environ.get("FACTORY_SPARK_MASTER", "local[*]"))
             .config("spark.driver.memory", os.environ.get("FACTORY_SPARK_DRIVER_MEMORY", "4g"))
-            .config("spark.driver.extraJavaOptions", log4j)
+            .config("spark.driver.extraJavaOptions", java_options.strip())
             .config("spark.ui.enabled", os.environ.get("FACTORY_SPARK_UI", "false"))
         )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def start_python_workers(spark: SparkSession, module: str) -> threading.Thread:
+    """Start the session's Python workers in the background, each importing ``module``.
+
+    A session's first Python task costs seconds (Spark forks its Python daemon and workers, they
+    import numpy, pyarrow and the job's code, the JVM loads its Arrow classes). Run by a tiny job
+    on another thread, that happens while the driver resolves its inputs and plans, and the
+    job's first real stage finds the workers ready (Spark reuses them).
+    """
+
+    def import_module(batches):
+        importlib.import_module(module)
+        yield from batches
+
+    def run() -> None:
+        try:
+            parallelism = spark.sparkContext.defaultParallelism
+            spark.range(0, parallelism, 1, parallelism).mapInArrow(import_module, "id long").collect()
+        except Exception as exc:  # only a head start: the job itself will meet any real problem
+            log.debug("warming the Python workers failed: %s", exc)
+
+    thread = threading.Thread(target=run, name="start-python-workers", daemon=True)
+    thread.start()
+    return thread
+
+
+def _class_sharing_options() -> str:
+    """JVM options for the class archive (``spark_classes``): dump one while building it, else map it in."""
+    from pipelines.spark_classes import java_options
+
+    dump = os.environ.get("FACTORY_SPARK_DUMP_CLASSES")
+    return f"-XX:ArchiveClassesAtExit={dump} -Xlog:cds=off -Xlog:cds+dynamic=off" if dump else java_options()
 
 
 # Adaptive execution re-plans after every shuffle and submits each stage as its own job: for a

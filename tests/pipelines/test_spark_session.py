@@ -1,0 +1,65 @@
+"""How sessions start: the JVM class archive, the early start and the Python workers' head start."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import pyarrow as pa
+import pytest
+
+from pipelines import spark_classes, spark_session
+
+
+def test_the_class_archive_is_used_when_it_exists(tmp_path, monkeypatch):
+    archive = tmp_path / "spark-classes.jsa"
+    monkeypatch.setenv("FACTORY_SPARK_CLASSES", str(archive))
+    assert spark_classes.java_options() == ""  # not built: the JVM starts as usual
+    archive.write_bytes(b"archive")
+    assert f"-XX:SharedArchiveFile={archive}" in spark_classes.java_options()
+    monkeypatch.setenv("FACTORY_SPARK_CLASSES", "off")
+    assert spark_classes.java_options() == ""
+    assert spark_classes.archive_path() is None
+
+
+def test_building_the_archive_makes_the_jvm_dump_its_classes(tmp_path, monkeypatch):
+    dump = tmp_path / "out.jsa.partial"
+    monkeypatch.setenv("FACTORY_SPARK_DUMP_CLASSES", str(dump))
+    options = spark_session._class_sharing_options()
+    assert f"-XX:ArchiveClassesAtExit={dump}" in options
+    assert "SharedArchiveFile" not in options  # a JVM dumping an archive must not map one
+
+
+def test_the_test_session_maps_the_archive_make_built(spark):
+    """`make test` builds the archive first: the session's JVM was started with it."""
+    options = spark_classes.java_options()
+    if not options:
+        pytest.skip(f"no class archive at {spark_classes.archive_path()} (run `make install`)")
+    runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    arguments = list(runtime.getInputArguments())
+    assert f"-XX:SharedArchiveFile={spark_classes.archive_path()}" in arguments
+
+
+def test_early_start_hands_get_spark_the_same_session_with_warm_workers(spark, monkeypatch):
+    monkeypatch.setattr(spark_session, "_early_start", None)
+    spark_session.start_spark_early("factory-tests", "pipelines.dedup_stages")
+    assert spark_session.get_spark("factory-tests").sparkContext is spark.sparkContext
+    assert not spark_session._early_start.is_alive()  # get_spark waited for it
+    for thread in threading.enumerate():  # …but not for the workers' head start: the test does
+        if thread.name == "start-python-workers":
+            thread.join(timeout=120)
+
+    def modules(batches):
+        for batch in batches:
+            yield pa.RecordBatch.from_pydict({"warm": ["pipelines.dedup_stages" in sys.modules] * batch.num_rows})
+
+    # Python workers are reused: at least one of them already imported the job's module.
+    warm = spark.range(0, 4, 1, 2).mapInArrow(modules, "warm boolean").collect()
+    assert any(row.warm for row in warm)
+
+
+def test_warming_workers_with_a_module_that_fails_leaves_the_session_working(spark):
+    thread = spark_session.start_python_workers(spark, "pipelines.no_such_module")
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+    assert spark.range(0, 10, 1, 2).count() == 10
