@@ -3,9 +3,11 @@
     spark-submit pipelines/filter.py --input dedup.code --output filtered.code --config code
     factory filter --input raw.text@v3 --output filtered.text --config my-text.toml --tag v3
 
-1. Spark tasks run the config's filters (``quality/``, plain Python) over the pinned input
-   in ``mapInArrow``; each document is kept or quarantined with the filter, the reason and
-   the metric values. A filter that raises quarantines that one document as
+1. Spark tasks run the config's filters (``quality/``, plain Python) over the pinned input,
+   one task per unit of its files (``read_units``: row ranges sized from the data, read with
+   pyarrow in the task), writing one file per unit and output: the same snapshot gives the
+   same files whatever the cores. Each document is kept or quarantined with the filter, the
+   reason and the metric values. A filter that raises quarantines that one document as
    ``filter-error:<filter>``; the job goes on.
 2. Kept documents are committed to the branch ``audit-<run-id>`` of the output table, which
    starts at main's head and holds exactly this run's kept documents: the output is the
@@ -26,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -35,15 +36,16 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from pipelines.catalog import ensure_table, load_catalog, load_table, resolve
+from pipelines.catalog import ensure_table, load_catalog, load_table, resolve, snapshot_schema
 from pipelines.commit import Run, commit_files, find_run_snapshot, snapshot_stats
 from pipelines.exceptions import InputError, ValidationFailedError
 from pipelines.explore import tag as tag_snapshot
 from pipelines.publish import Published, publish, remove_branch, start_branch
+from pipelines.read_units import ReadUnit, plan_units
 from pipelines.refs import PinnedRef, format_identifier, parse_identifier, validate_ref_name
 from pipelines.schemas import (
     DOCUMENT_COLUMNS,
@@ -52,18 +54,14 @@ from pipelines.schemas import (
     arrow_schema,
     require_columns,
 )
-from pipelines.spark_session import get_spark, read_snapshot, session_conf
-from pipelines.staging import Target, write_staged
+from pipelines.spark_session import get_spark, read_snapshot, snapshot_files
+from pipelines.staging import REPORT_SCHEMA, Target, staged_outputs
 from quality.batches import VERDICT_FIELDS
 from quality.config import FilterConfig, load_config
 
 log = logging.getLogger("factory.filter")
 
 STAGE = "filter"
-# As ingest: output files are sized from the input (its data files' bytes), never from the
-# cluster, and rows are hash-partitioned and sorted by doc_id, so output is independent of
-# parallelism.
-OUTPUT_FILE_BYTES = 128 << 20
 # Columns the filter stage adds to each row (quality.batches); an input must not have them.
 _ADDED = StructType(
     [StructField(name, BinaryType() if name == "record" else StringType()) for name, _ in VERDICT_FIELDS]
@@ -239,9 +237,6 @@ def report_location(catalog: Catalog, table: Table, identifier: tuple[str, ...],
 
 
 def _filter_and_commit(job: _Job) -> None:
-    files = [task.file for task in job.source.scan(snapshot_id=job.pinned.snapshot_id).plan_files()]
-    n_out = max(1, math.ceil(sum(f.file_size_in_bytes for f in files) / OUTPUT_FILE_BYTES))
-    row_groups = sum(len(f.split_offsets or ()) or 1 for f in files)  # the most read tasks Spark can make
     targets = {
         "documents": Target.for_table(
             job.output, job.run.staging_prefix(job.output), arrow_schema(job.output.schema())
@@ -253,22 +248,18 @@ def _filter_and_commit(job: _Job) -> None:
             count_column="_count_key",
         ),
     }
-    with _many_read_splits(job.spark) as tasks:
-        frame = read_snapshot(job.spark, job.source, job.pinned.snapshot_id, job.pinned.table_name)
-        if row_groups < tasks:
-            # Spark splits Parquet only between row groups: an input of few, large ones would
-            # be filtered by few tasks. Spread the documents over the cores first; the shuffle
-            # costs little beside the filters.
-            frame = frame.repartition(tasks, "doc_id")
-        routed = (
-            _with_columns_of(mark_documents(frame, job.config), job.output)
-            .withColumn("stage", F.lit(STAGE))
-            .withColumn("run_id", F.lit(job.run.run_id))
-            .withColumn("_count_key", F.concat_ws("\t", "filter", "reason"))
-            .repartition(n_out, "doc_id")
-            .sortWithinPartitions("doc_id")
-        )
-        written = write_staged(routed, targets)
+    io_properties = targets["documents"].io_properties
+    paths = snapshot_files(job.source, job.pinned.snapshot_id, job.pinned.table_name)
+    units = plan_units(paths, io_properties)
+    log.info("%d document file(s) in %d unit(s) of work", len(paths), len(units))
+    # One task per core, each running every n-th unit: small units balance the cores without
+    # paying a Spark task (tens of ms) for each; files are named by unit, so the output is the
+    # same whatever the number of tasks.
+    tasks = max(1, min(len(units), job.spark.sparkContext.defaultParallelism))
+    task = _filter_task(units, tasks, arrow_schema(snapshot_schema(job.source, job.pinned.snapshot_id)),
+                        io_properties, job.config, job.run.run_id, targets)  # fmt: skip
+    reports = job.spark.range(0, tasks, 1, tasks).mapInArrow(task, REPORT_SCHEMA).collect()
+    written = staged_outputs(reports, targets)
     kept, refused = written["documents"], written["quarantine"]
     stats = {"documents-in": kept.records + refused.records, "kept": kept.records, "quarantined": refused.records}
     stats.update(drop_stats(refused.counts))
@@ -277,18 +268,35 @@ def _filter_and_commit(job: _Job) -> None:
     commit_files(job.catalog, job.opts.output_id, kept.files, job.run, stats, branch=job.branch)
 
 
-@contextlib.contextmanager
-def _many_read_splits(spark: SparkSession) -> Iterator[int]:
-    """Plan this job's read as several tasks per core; yields how many it aims for.
+def _filter_task(
+    units: list[ReadUnit],
+    tasks: int,
+    schema: pa.Schema,
+    io_properties: dict[str, str],
+    config: FilterConfig,
+    run_id: str,
+    targets: dict[str, Target],
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """What Spark task t runs: units t, t + tasks, …: read each, mark its documents, write both outputs."""
+    with open(config.path, encoding="utf-8") as f:
+        source = (f.read(), config.path, config.sha256)
 
-    Filtering costs far more per byte than reading, so a small input read as one split would
-    leave cores idle; Spark's defaults (4 MiB open cost, one split per core) do just that. The
-    output does not depend on the split: rows are re-partitioned by doc_id before writing.
-    """
-    tasks = 8 * spark.sparkContext.defaultParallelism  # small tasks: a slow document holds up less
-    conf = {"spark.sql.files.openCostInBytes": str(64 << 10), "spark.sql.files.minPartitionNum": str(tasks)}
-    with session_conf(spark, conf):
-        yield tasks
+    def task(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pipelines.read_units import read_unit
+        from pipelines.staging import write_partition
+        from quality.batches import chain_from_source, filter_batch, with_quarantine_columns
+
+        chain = chain_from_source(*source)
+        for batch in ids:
+            for first in batch.column(0).to_pylist():
+                for unit_id in range(first, len(units), tasks):
+                    marked = (
+                        with_quarantine_columns(filter_batch(chain, docs, QUARANTINE_RECORD_BYTES), STAGE, run_id)
+                        for docs in read_unit(units[unit_id], schema, io_properties)
+                    )
+                    yield from write_partition(marked, targets, part=unit_id)
+
+    return task
 
 
 def drop_stats(counts: dict[str, int]) -> dict[str, int]:
@@ -299,34 +307,6 @@ def drop_stats(counts: dict[str, int]) -> dict[str, int]:
         stats[f"dropped.{name}"] = stats.get(f"dropped.{name}", 0) + n
         stats[f"dropped.{name}.{reason}"] = n
     return stats
-
-
-def mark_documents(frame: DataFrame, config: FilterConfig) -> DataFrame:
-    """Each row with the chain's verdict: ``_target`` documents|quarantine, filter, reason, …"""
-    with open(config.path, encoding="utf-8") as f:
-        source = (f.read(), config.path, config.sha256)
-    schema = StructType(frame.schema.fields + _ADDED.fields)
-
-    def mark(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        # Only quality.batches is imported on the executors: this closure refers to nothing else.
-        from quality.batches import chain_from_source, filter_batch
-
-        chain = chain_from_source(*source)
-        for batch in batches:
-            yield filter_batch(chain, batch, QUARANTINE_RECORD_BYTES)
-
-    return frame.mapInArrow(mark, schema)
-
-
-def _with_columns_of(frame: DataFrame, table: Table) -> DataFrame:
-    """Add, as nulls, the output table's columns the input lacks (an output evolved earlier)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    wanted = from_arrow_schema(arrow_schema(table.schema()))
-    for column in wanted.fields:
-        if column.name not in frame.columns:
-            frame = frame.withColumn(column.name, F.lit(None).cast(column.dataType))
-    return frame
 
 
 # --- validation ------------------------------------------------------------------------------

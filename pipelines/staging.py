@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -64,10 +64,15 @@ def write_staged(df: DataFrame, targets: Mapping[str, Target]) -> dict[str, Stag
     """
     targets = dict(targets)
 
-    def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from _write_partition(batches, targets)
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield from write_partition(batches, targets)
 
-    rows = df.mapInArrow(write_partition, REPORT_SCHEMA).collect()
+    rows = df.mapInArrow(write, REPORT_SCHEMA).collect()
+    return staged_outputs(rows, targets)
+
+
+def staged_outputs(rows: Iterable, targets: Mapping[str, Target]) -> dict[str, StagedOutput]:
+    """Per target, the files and counts in the report rows (``REPORT_SCHEMA``) tasks returned."""
     outputs = {name: StagedOutput([], Counter()) for name in targets}
     for row in sorted(rows, key=lambda r: r.path):
         out = outputs[row.target]
@@ -76,14 +81,19 @@ def write_staged(df: DataFrame, targets: Mapping[str, Target]) -> dict[str, Stag
     return outputs
 
 
-def _write_partition(batches: Iterator[pa.RecordBatch], targets: Mapping[str, Target]) -> Iterator[pa.RecordBatch]:
+def write_partition(
+    batches: Iterator[pa.RecordBatch], targets: Mapping[str, Target], part: int | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Write ``batches`` to one file per target, named by ``part`` (default: the task's partition),
+    in ``part`` order; yield the report rows."""
     from pyiceberg.io.pyarrow import PyArrowFileIO
     from pyspark import TaskContext
 
     from pipelines.faults import maybe_fail
 
     ctx = TaskContext.get()
-    tag = f"{ctx.partitionId():05d}-{ctx.attemptNumber()}" if ctx else "00000-0"
+    part = (ctx.partitionId() if ctx else 0) if part is None else part
+    tag = f"{part:05d}-{ctx.attemptNumber() if ctx else 0}"
     open_files: dict[str, tuple[object, pq.ParquetWriter, str]] = {}
     records: Counter[str] = Counter()
     counts: dict[str, Counter[str]] = {name: Counter() for name in targets}

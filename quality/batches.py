@@ -55,3 +55,18 @@ def filter_batch(chain: FilterChain, batch: pa.RecordBatch, record_bytes: int) -
         verdict["record"].append(None if outcome.keep else text.encode("utf-8")[:record_bytes])
     arrays = [pa.array(verdict[name], arrow_type) for name, arrow_type in VERDICT_FIELDS]
     return pa.RecordBatch.from_arrays([*batch.columns, *arrays], names=[*batch.schema.names, *verdict])
+
+
+def with_quarantine_columns(marked: pa.RecordBatch, stage: str, run_id: str) -> pa.RecordBatch:
+    """A marked batch with the quarantine's ``stage`` and ``run_id`` and ``_count_key``
+    (``filter<TAB>reason`` of the values present: what the snapshot summary's drop counts count)."""
+    n = marked.num_rows
+    # Not pc.binary_join_element_wise(null_handling="skip"): pyarrow 26 returns too few rows
+    # when an array starts with nulls.
+    pairs = zip(marked.column("filter").to_pylist(), marked.column("reason").to_pylist(), strict=True)
+    added = {
+        "stage": pa.array([stage] * n, pa.string()),
+        "run_id": pa.array([run_id] * n, pa.string()),
+        "_count_key": pa.array(["\t".join(v for v in pair if v is not None) for pair in pairs], pa.string()),
+    }
+    return pa.RecordBatch.from_arrays([*marked.columns, *added.values()], names=[*marked.schema.names, *added])

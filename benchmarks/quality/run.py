@@ -9,7 +9,7 @@ configs: for `text` datatrove's own Gopher repetition, Gopher quality, C4 and Fi
 datatrove runs through a small BaseFilter adapter.
 
 - ours: ``filter_documents`` on Spark ``local[<cores>]`` (session started and its Python workers
-  warmed by a 50-document run before timing, as in a long-running Spark application), reading
+  warmed by a small run before timing, as in a long-running Spark application), reading
   an Iceberg snapshot, writing kept documents and quarantine as Parquet (zstd) through the
   commit protocol; then GX validation and publishing, timed apart.
 - datatrove: ``LocalPipelineExecutor(workers=<cores>)`` over JSONL shards of the same records:
@@ -64,6 +64,16 @@ def collect(kind: str, limit_bytes: int) -> list[dict]:
         total += size
         if total >= limit_bytes:
             break
+    return docs
+
+
+def _first_bytes(docs: list[dict], limit: int) -> list[dict]:
+    """The first documents holding at least ``limit`` bytes of text (all of them if fewer)."""
+    total = 0
+    for i, doc in enumerate(docs):
+        total += doc["n_bytes"]
+        if total >= limit:
+            return docs[: i + 1]
     return docs
 
 
@@ -184,6 +194,7 @@ def main() -> int:
 
     logging.basicConfig(level=logging.WARNING)
     from pipelines.catalog import load_catalog
+    from pipelines.read_units import MIN_UNIT_BYTES
     from pipelines.spark_session import get_spark
 
     catalog = load_catalog()
@@ -196,12 +207,14 @@ def main() -> int:
         write_inputs(catalog, docs, kind, work)
         print(f"{kind}: {len(docs)} documents, {mb:.1f} MB", file=sys.stderr, flush=True)
         # A Spark application keeps its Python workers (imports, loaded tokenizers) from job to
-        # job, as a cluster's executors do for a whole pipeline; one small job first warms them.
-        write_inputs(catalog, docs[:50], kind, work / "warmup", table="warmup")
+        # job, as a cluster's executors do for a whole pipeline; one small job of at least one
+        # unit of work per core first warms them all.
+        warm_docs = _first_bytes(docs, args.cores * MIN_UNIT_BYTES)
+        write_inputs(catalog, warm_docs, kind, work / "warmup", table="warmup")
         warmup, _ = run_ours(spark, catalog, kind, table="warmup")
         ours, ours_kept = run_ours(spark, catalog, kind)
         theirs, theirs_kept = run_datatrove(kind, work, args.cores)
-        ours["warm-up (50 documents)"] = warmup["total"]
+        ours[f"warm-up ({len(warm_docs)} documents)"] = warmup["total"]
         rows.append((kind, len(docs), mb, ours, theirs, len(ours_kept), len(theirs_kept), len(ours_kept & theirs_kept)))
 
     print(f"\nquality filtering, MB/s per core ({args.cores} cores; ours: Spark local[{args.cores}], "

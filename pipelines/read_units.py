@@ -1,0 +1,115 @@
+"""A pinned snapshot cut into units of work: row ranges of its Parquet files, sized from the data.
+
+For jobs whose tasks do all their work in Python on each document (the filter job), reading
+the Parquet files in the task with pyarrow, rather than through Spark's reader, saves the JVM's
+decoding, its Arrow conversion into the Python worker and a shuffle to spread the rows over the
+cores (Spark splits a Parquet file only between row groups). Spark still schedules the units,
+retries them and runs them on a cluster's executors.
+
+The units depend on the snapshot alone: its files in path order, each cut into consecutive row
+ranges of about ``unit_bytes`` (uncompressed), where ``unit_bytes`` is the snapshot's size over
+``UNITS_PER_SNAPSHOT``, kept between ``MIN_UNIT_BYTES`` and ``MAX_UNIT_BYTES``. So the same
+snapshot gives the same units, and a job writing one file per unit the same files, whatever the
+cores; a small table still spreads over a few cores, and a big one is read in 128 MiB pieces.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+UNITS_PER_SNAPSHOT = 32
+MIN_UNIT_BYTES = 1 << 20
+MAX_UNIT_BYTES = 128 << 20
+BATCH_ROWS = 1024
+
+
+@dataclass(frozen=True)
+class ReadUnit:
+    """Rows ``start`` ≤ i < ``stop`` of one Parquet file (counted over the whole file)."""
+
+    path: str
+    start: int
+    stop: int
+
+
+def plan_units(paths: list[str], io_properties: Mapping[str, str]) -> list[ReadUnit]:
+    """The units of the given data files, from their Parquet footers (no data is read)."""
+    footers = {path: _open(path, io_properties).metadata for path in sorted(paths)}
+    total = sum(_group_bytes(meta, i) for meta in footers.values() for i in range(meta.num_row_groups))
+    unit_bytes = min(MAX_UNIT_BYTES, max(MIN_UNIT_BYTES, math.ceil(total / UNITS_PER_SNAPSHOT)))
+    units = []
+    for path, meta in footers.items():
+        units.extend(_file_units(path, meta, unit_bytes))
+    return units
+
+
+def read_unit(unit: ReadUnit, schema: pa.Schema, io_properties: Mapping[str, str]) -> Iterator[pa.RecordBatch]:
+    """The unit's rows as batches of ``schema`` (columns a file lacks read as nulls)."""
+    parquet = _open(unit.path, io_properties)
+    columns = [name for name in schema.names if name in parquet.schema_arrow.names]
+    first = 0  # index of the current row group's first row in the file
+    for group in range(parquet.metadata.num_row_groups):
+        rows = parquet.metadata.row_group(group).num_rows
+        if first < unit.stop and unit.start < first + rows:
+            lo, hi = max(unit.start - first, 0), min(unit.stop - first, rows)
+            table = _decoded_group(parquet, unit.path, group, columns)
+            for batch in table.slice(lo, hi - lo).to_batches(max_chunksize=BATCH_ROWS):
+                yield _conform(batch, schema)
+        first += rows
+
+
+# Per Python worker: the row group decoded last. Parquet cannot seek to a row inside a row
+# group, so the units that share one (a table written in big row groups) would each decode it
+# whole; a worker running them one after another decodes it once.
+_LAST_GROUP: dict[tuple, pa.Table] = {}
+
+
+def _decoded_group(parquet: pq.ParquetFile, path: str, group: int, columns: list[str]) -> pa.Table:
+    key = (path, group, tuple(columns))
+    if key not in _LAST_GROUP:
+        _LAST_GROUP.clear()
+        _LAST_GROUP[key] = parquet.read_row_group(group, columns=columns)
+    return _LAST_GROUP[key]
+
+
+def _file_units(path: str, meta: pq.FileMetaData, unit_bytes: int) -> list[ReadUnit]:
+    """Consecutive row ranges of one file, each about ``unit_bytes`` (a row group may be split)."""
+    units, start, size, row = [], 0, 0, 0
+    for group in range(meta.num_row_groups):
+        rows, group_bytes = meta.row_group(group).num_rows, _group_bytes(meta, group)
+        per_row = group_bytes / max(1, rows)
+        while rows:
+            take = min(rows, max(1, math.ceil((unit_bytes - size) / per_row)) if per_row else rows)
+            row, rows, size = row + take, rows - take, size + take * per_row
+            if size >= unit_bytes:
+                units.append(ReadUnit(path, start, row))
+                start, size = row, 0
+    if row > start:
+        units.append(ReadUnit(path, start, row))
+    return units
+
+
+def _group_bytes(meta: pq.FileMetaData, group: int) -> int:
+    return meta.row_group(group).total_byte_size
+
+
+def _open(path: str, io_properties: Mapping[str, str]) -> pq.ParquetFile:
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    return pq.ParquetFile(PyArrowFileIO(dict(io_properties)).new_input(path).open())
+
+
+def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with exactly ``schema``'s columns and types, missing ones as nulls."""
+    arrays = [
+        batch.column(field.name).cast(field.type)
+        if field.name in batch.schema.names
+        else pa.nulls(len(batch), field.type)
+        for field in schema
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
