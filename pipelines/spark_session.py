@@ -11,12 +11,14 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pyiceberg.table import Table
 from pyspark.sql import DataFrame, SparkSession
 
-from pipelines.catalog import plan_snapshot, snapshot_schema
 from pipelines.exceptions import MissingDependencyError
+
+if TYPE_CHECKING:  # pyiceberg is imported where used: importing this module must be quick, as
+    from pyiceberg.table import Table  # a command starts the JVM (start_spark_early) right after
 
 log = logging.getLogger("factory.spark")
 
@@ -145,6 +147,8 @@ def session_conf(spark: SparkSession, values: dict[str, str]) -> Iterator[None]:
 
 def snapshot_files(table: Table, snapshot_id: int, label: str) -> list[str]:
     """The data files of a snapshot, refusing one with delete files (their rows would come back)."""
+    from pipelines.catalog import plan_snapshot
+
     return [task.file.file_path for task in plan_snapshot(table, snapshot_id, label)]
 
 
@@ -152,6 +156,7 @@ def read_snapshot(spark: SparkSession, table: Table, snapshot_id: int, label: st
     """A pinned snapshot as a Spark DataFrame (Spark reads the Parquet files pyiceberg plans)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
+    from pipelines.catalog import snapshot_schema
     from pipelines.schemas import arrow_schema
 
     schema = from_arrow_schema(arrow_schema(snapshot_schema(table, snapshot_id)))
