@@ -78,8 +78,10 @@ class DataConfig:
     seq_len: int = 256  # tokens per training sequence
     global_batch_size: int = 8  # sequences per optimizer step across all ranks
     backend: str = "local"  # loader backend: local (in process) or ray
+    num_shards: int = 0  # logical shards of the stream; 0 = the loader's default (from the global batch)
 
     def __post_init__(self) -> None:
+        _check(self.num_shards >= 0, "data.num_shards must be >= 0 (0: the loader's default)")
         _check(bool(self.manifest), "data.manifest is required (a manifest from `factory mix pin`)")
         _check(bool(self.tokenizer), "data.tokenizer is required (a tokenizer.json)")
         _check(self.seq_len > 0 and self.global_batch_size > 0, "data.seq_len and data.global_batch_size must be > 0")

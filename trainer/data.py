@@ -37,7 +37,8 @@ def _loader(cfg: Config, world: World, split: str, **options: Any):
 
 def build_loader(cfg: Config, world: World):
     """This rank's training loader and the tokenizer's vocabulary size."""
-    loader = _loader(cfg, world, "train")
+    options = {"num_shards": cfg.data.num_shards} if cfg.data.num_shards else {}
+    loader = _loader(cfg, world, "train", **options)
     return loader, loader.tokenizer.vocab_size
 
 

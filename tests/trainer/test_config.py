@@ -26,6 +26,7 @@ def test_presets_fill_model_dimensions_and_fields_override():
         ("model.preset='huge'", "model.preset"),
         ("model.dim=65", "divide by n_heads"),
         ("data.backend='spark'", "data.backend"),
+        ("data.num_shards=-1", "data.num_shards"),
         ("train.steps=0", "train.steps"),
         ("optim.betas=[0.9]", "betas"),
         ("eval.batches=0", "eval.batches"),
