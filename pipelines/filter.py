@@ -38,7 +38,6 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from pipelines.catalog import ensure_table, load_catalog, load_table, resolve, snapshot_schema
 from pipelines.commit import Run, commit_files, find_run_snapshot, snapshot_stats
@@ -63,10 +62,7 @@ log = logging.getLogger("factory.filter")
 
 STAGE = "filter"
 # Columns the filter stage adds to each row (quality.batches); an input must not have them.
-_ADDED = StructType(
-    [StructField(name, BinaryType() if name == "record" else StringType()) for name, _ in VERDICT_FIELDS]
-)
-_RESERVED = {f.name for f in _ADDED.fields} | {"stage", "run_id", "_count_key"}
+_RESERVED = {name for name, _ in VERDICT_FIELDS} | {"stage", "run_id", "_count_key"}
 
 
 @dataclass(frozen=True)

@@ -38,11 +38,16 @@ def archive_path() -> Path | None:
 
 
 def java_options() -> str:
-    """The driver JVM options that map the archive in, or "" when there is none."""
+    """The driver JVM options that map the archive in ("" when there is none), or, while
+    ``build`` runs its workload (``$FACTORY_SPARK_DUMP_CLASSES``), that dump one."""
+    quiet = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+    dump = os.environ.get("FACTORY_SPARK_DUMP_CLASSES")
+    if dump:
+        return f"-XX:ArchiveClassesAtExit={dump} {quiet}"
     path = archive_path()
     if path is None or not path.is_file():
         return ""
-    return f"-XX:SharedArchiveFile={path} -Xlog:cds=off -Xlog:cds+dynamic=off"
+    return f"-XX:SharedArchiveFile={path} {quiet}"
 
 
 def build(path: Path) -> float:

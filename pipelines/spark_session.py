@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.exceptions import MissingDependencyError
+from pipelines.spark_classes import java_options
 
 if TYPE_CHECKING:  # pyiceberg is imported where used: importing this module must be quick, as
     from pyiceberg.table import Table  # a command starts the JVM (start_spark_early) right after
@@ -79,11 +80,11 @@ def _create_session(app_name: str) -> SparkSession:
             raise MissingDependencyError(
                 "Spark needs Java 17: install it with `apt-get install -y openjdk-17-jre-headless`"
             )
-        java_options = f"-Dlog4j.configurationFile={_LOG4J.as_uri()} {_class_sharing_options()}"
+        options = f"-Dlog4j.configurationFile={_LOG4J.as_uri()} {java_options()}"
         builder = (
             builder.master(os.environ.get("FACTORY_SPARK_MASTER", "local[*]"))
             .config("spark.driver.memory", os.environ.get("FACTORY_SPARK_DRIVER_MEMORY", "4g"))
-            .config("spark.driver.extraJavaOptions", java_options.strip())
+            .config("spark.driver.extraJavaOptions", options.strip())
             .config("spark.ui.enabled", os.environ.get("FACTORY_SPARK_UI", "false"))
         )
     spark = builder.getOrCreate()
@@ -114,14 +115,6 @@ def start_python_workers(spark: SparkSession, module: str) -> threading.Thread:
     thread = threading.Thread(target=run, name="start-python-workers", daemon=True)
     thread.start()
     return thread
-
-
-def _class_sharing_options() -> str:
-    """JVM options for the class archive (``spark_classes``): dump one while building it, else map it in."""
-    from pipelines.spark_classes import java_options
-
-    dump = os.environ.get("FACTORY_SPARK_DUMP_CLASSES")
-    return f"-XX:ArchiveClassesAtExit={dump} -Xlog:cds=off -Xlog:cds+dynamic=off" if dump else java_options()
 
 
 # Adaptive execution re-plans after every shuffle and submits each stage as its own job: for a

@@ -37,8 +37,7 @@ def _loader(cfg: Config, world: World, split: str, **options: Any):
 
 def build_loader(cfg: Config, world: World):
     """This rank's training loader and the tokenizer's vocabulary size."""
-    options = {"num_shards": cfg.data.num_shards} if cfg.data.num_shards else {}
-    loader = _loader(cfg, world, "train", **options)
+    loader = _loader(cfg, world, "train", num_shards=cfg.data.num_shards or None)
     return loader, loader.tokenizer.vocab_size
 
 

@@ -25,7 +25,7 @@ def test_the_class_archive_is_used_when_it_exists(tmp_path, monkeypatch):
 def test_building_the_archive_makes_the_jvm_dump_its_classes(tmp_path, monkeypatch):
     dump = tmp_path / "out.jsa.partial"
     monkeypatch.setenv("FACTORY_SPARK_DUMP_CLASSES", str(dump))
-    options = spark_session._class_sharing_options()
+    options = spark_classes.java_options()
     assert f"-XX:ArchiveClassesAtExit={dump}" in options
     assert "SharedArchiveFile" not in options  # a JVM dumping an archive must not map one
 
