@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, SparkSession
 
-from pipelines.exceptions import MissingDependencyError
+from pipelines.exceptions import InputError, MissingDependencyError
 from pipelines.spark_classes import java_options
 
 if TYPE_CHECKING:  # pyiceberg is imported where used: importing this module must be quick, as
@@ -33,6 +33,13 @@ DEFAULT_CONF = {
     "spark.python.worker.reuse": "true",
 }
 
+
+# A session started in this process (the `factory` command on a laptop, CI, the tests) runs many
+# short Spark jobs: the JVM's optimising C2 compiler spends seconds of CPU compiling Catalyst's
+# and Spark's generated code that then runs for milliseconds, on the cores the Python workers
+# need. Stopping at C1, which compiles quickly, measured on 2 cores: dedup of 200 MB 32 s → 27.5 s.
+# A long JVM-bound run may prefer C2's faster code: FACTORY_SPARK_JIT=full.
+JIT_OPTIONS = {"quick": "-XX:TieredStopAtLevel=1", "full": ""}
 
 _early_start: threading.Thread | None = None
 
@@ -80,16 +87,28 @@ def _create_session(app_name: str) -> SparkSession:
             raise MissingDependencyError(
                 "Spark needs Java 17: install it with `apt-get install -y openjdk-17-jre-headless`"
             )
-        options = f"-Dlog4j.configurationFile={_LOG4J.as_uri()} {java_options()}"
+        options = " ".join(
+            filter(None, [f"-Dlog4j.configurationFile={_LOG4J.as_uri()}", jit_options(), java_options()])
+        )
         builder = (
             builder.master(os.environ.get("FACTORY_SPARK_MASTER", "local[*]"))
             .config("spark.driver.memory", os.environ.get("FACTORY_SPARK_DRIVER_MEMORY", "4g"))
-            .config("spark.driver.extraJavaOptions", options.strip())
+            .config("spark.driver.extraJavaOptions", options)
             .config("spark.ui.enabled", os.environ.get("FACTORY_SPARK_UI", "false"))
         )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def jit_options() -> str:
+    """The JVM's compiler options for an in-process session, from ``$FACTORY_SPARK_JIT`` (default quick)."""
+    setting = os.environ.get("FACTORY_SPARK_JIT", "quick").strip().lower() or "quick"
+    if setting not in JIT_OPTIONS:
+        raise InputError(
+            f"FACTORY_SPARK_JIT must be one of {', '.join(JIT_OPTIONS)} (C1 only, or the JVM's default), got {setting!r}"
+        )
+    return JIT_OPTIONS[setting]
 
 
 def start_python_workers(spark: SparkSession, module: str) -> threading.Thread:

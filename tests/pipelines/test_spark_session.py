@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from pipelines import spark_classes, spark_session
+from pipelines.exceptions import InputError
 
 
 def test_the_class_archive_is_used_when_it_exists(tmp_path, monkeypatch):
@@ -38,6 +39,26 @@ def test_the_test_session_maps_the_archive_make_built(spark):
     runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     arguments = list(runtime.getInputArguments())
     assert f"-XX:SharedArchiveFile={spark_classes.archive_path()}" in arguments
+
+
+def test_in_process_sessions_compile_with_c1_only_unless_told(monkeypatch):
+    monkeypatch.delenv("FACTORY_SPARK_JIT", raising=False)
+    assert spark_session.jit_options() == "-XX:TieredStopAtLevel=1"
+    monkeypatch.setenv("FACTORY_SPARK_JIT", "full")
+    assert spark_session.jit_options() == ""  # the JVM's default tiered compilation
+    monkeypatch.setenv("FACTORY_SPARK_JIT", "fastest")
+    with pytest.raises(InputError, match="FACTORY_SPARK_JIT must be one of quick, full"):
+        spark_session.jit_options()
+
+
+def test_the_test_session_jvm_stops_at_c1(spark):
+    if not spark_session.jit_options():
+        pytest.skip("FACTORY_SPARK_JIT=full: the JVM compiles as it does by default")
+    jvm = spark.sparkContext._jvm
+    assert "-XX:TieredStopAtLevel=1" in list(
+        jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+    )
+    assert "emulated-client" in jvm.System.getProperty("java.vm.info")  # what HotSpot calls running C1 only
 
 
 def test_early_start_hands_get_spark_the_same_session_with_warm_workers(spark, monkeypatch):
