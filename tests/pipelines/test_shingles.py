@@ -24,6 +24,11 @@ TEXTS = [
     "a\tb\nc\r\nd",
     "x" * 70000,  # a token longer than the first power table
     "数据 去重 测试 日本語のテキスト",
+    # Non-ASCII separators (no-break and em spaces, CJK and Greek punctuation, emoji, a 4-byte
+    # symbol) inside, between and around words; marks and other scripts' digits stay in words.
+    "—lead «x»\u00a0y\u2003z。終わり、次;😀emoji😀🎉x tail…",
+    "e\u0301 combining ٣٤٥ ½ ² ǅ ÇAĞRI 𝔘𝔫𝔦",
+    "——",
 ]
 
 
