@@ -33,6 +33,7 @@ import math
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -185,9 +186,14 @@ def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupRes
         decided, stats = work.run()
         n_rows = max(1, math.ceil(stats["documents-in"] / CLUSTER_ROWS_PER_FILE))
         cluster_rows = work.cluster_rows(decided, stats).repartition(n_rows, "doc_id").sortWithinPartitions("doc_id")
-        staged_clusters = _write(cluster_rows, clusters, run, CLUSTERS_SCHEMA)
         n_files = max(1, math.ceil(stats["bytes-kept"] / OUTPUT_FILE_BYTES))
-        staged_docs = _write(_kept_documents(docs, decided, inputs.schema, n_files), documents, run, out_schema)
+        kept_docs = _kept_documents(docs, decided, inputs.schema, n_files)
+        # The clusters table's jobs are small and mostly one task each (a chain of broadcasts for
+        # the similarities): the documents' write uses the cores they leave idle.
+        with ThreadPoolExecutor(1) as pool:
+            clusters_written = pool.submit(_write, cluster_rows, clusters, run, CLUSTERS_SCHEMA)
+            staged_docs = _write(kept_docs, documents, run, out_schema)
+            staged_clusters = clusters_written.result()
     clusters_commit = commit_files(catalog, clusters_id, staged_clusters.files, run, stats)
     docs_commit = commit_files(catalog, out_id, staged_docs.files, run, stats)
     return DedupResult(run.run_id, docs_commit, clusters_commit, stats)
