@@ -133,7 +133,7 @@ def normalise(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         fixed = _blank_separators(_as_string(pc.utf8_lower(texts.take(others))))
         order = np.arange(len(texts))
         order[others] = len(texts) + np.arange(len(others))
-        texts = pa.concat_arrays([texts, _as_string(fixed)]).take(order)
+        texts = pa.concat_arrays([texts, fixed]).take(order)
     data, offsets = value_buffers(texts)
     mapped = _BYTE_MAP[data]
     word = mapped != _SPACE
@@ -178,14 +178,14 @@ def _blank_separators(texts: pa.Array) -> pa.Array:
     separator = ~pc.match_substring_regex(chars, _WORD_CHARACTER).to_numpy(zero_copy_only=False)[which]
     starts, widths = lead[separator], width[separator]
     blanked = data.copy()
-    blanked[np.repeat(starts, widths) + _ranks(widths)] = _SPACE
+    blanked[np.repeat(starts, widths) + ranks_within(widths)] = _SPACE
     kind = np.int64 if pa.types.is_large_string(texts.type) else np.int32
     buffers = [None, pa.py_buffer(offsets.astype(kind)), pa.py_buffer(blanked)]
     return pa.Array.from_buffers(texts.type, len(texts), buffers)
 
 
-def _ranks(sizes: np.ndarray) -> np.ndarray:
-    """0, 1, …, size-1 for each size, back to back."""
+def ranks_within(sizes: np.ndarray) -> np.ndarray:
+    """0, 1, …, size-1 for each size, back to back: each element's index within its segment."""
     return np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from pipelines.shingles import ShingleConfig, Shingled, shingle
+from pipelines.shingles import ShingleConfig, Shingled, ranks_within, shingle
 
 # Shingle entries gathered per step when verifying many pairs: bounds the memory of jaccard_join.
 _GATHER_ENTRIES = 1 << 24
@@ -97,7 +97,7 @@ def _pairs_sharing(token: np.ndarray, doc: np.ndarray) -> tuple[np.ndarray, np.n
     run_end = np.repeat(ends, ends - starts)
     later = run_end - np.arange(len(token)) - 1  # members after each entry in its token's run
     first = np.repeat(np.arange(len(token)), later)
-    offset = np.arange(len(first)) - np.repeat(np.cumsum(later) - later, later)
+    offset = ranks_within(later)
     second = first + 1 + offset
     pair = (doc[first] << 32) | doc[second]  # doc ascending within a run, so first < second
     pair = _sorted_unique(pair)
@@ -133,7 +133,7 @@ def _gather(shingled: Shingled, starts, counts, docs: np.ndarray) -> tuple[np.nd
     """The shingles of ``docs`` as a new flat set numbered 0..len(docs)-1."""
     sizes = counts[docs]
     new_doc = np.repeat(np.arange(len(docs)), sizes)
-    within = np.arange(len(new_doc)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    within = ranks_within(sizes)
     return new_doc, shingled.hashes[starts[docs][new_doc] + within]
 
 
