@@ -1,11 +1,14 @@
 """Loader benchmark: the loader, both backends, against bare ``tokenizer.encode_batch``.
 
-    .venv/bin/python benchmarks/loader/run.py            # about 8 minutes on 2 quiet cores
+    .venv/bin/python benchmarks/loader/run.py            # about 11 minutes on 2 quiet cores
 
 One command, same machine, same cores, same texts (the Python standard library's source,
 written to Iceberg tables here). It measures, each in a fresh process:
 
-(a) the practical limit: ``tokenizer.encode_batch`` over the documents, already in memory;
+(a) the practical limit: ``tokenizer.encode_batch`` over the same table's documents, already
+    in memory, 256 at a time; and ``encode_batch_fast`` (the same ids without character
+    offsets: the call the loader makes). Measured before and after the loaders run on that
+    table, so a drift of the machine's speed shows; ratios use the mean;
 (b) the loader end to end from Iceberg (read Parquet, tokenize, pack, mix, collate to torch),
     ``backend="local"`` and ``backend="ray"``: tokens/s in steady state, seconds from
     construction to the first batch, and resident memory while streaming from a small and an
@@ -148,7 +151,15 @@ def _children(parent: int) -> list[int]:
     return found
 
 
-def measure_baseline(home: Path, tokens: int) -> dict:
+# The bare calls (a) times: encode_batch is the issue's named baseline; encode_batch_fast gives
+# the same ids without character offsets, and is what the loader itself calls.
+BASELINE_CALLS = ("encode_batch", "encode_batch_fast")
+
+
+def measure_baseline(home: Path, corpus: str, tokens: int) -> dict:
+    """(a): each bare call over ``corpus``'s documents, in memory, in a seeded order, 256 at a time."""
+    import random
+
     import pyarrow.parquet as pq
 
     from mixtures.manifest import Manifest
@@ -156,17 +167,21 @@ def measure_baseline(home: Path, tokens: int) -> dict:
 
     tokenizer = load_tokenizer_spec(home / "tokenizer.json").load()
     texts = []
-    for f in Manifest.load(home / "small.json").components[0].files:
+    for f in Manifest.load(home / f"{corpus}.json").components[0].files:
         texts.extend(pq.read_table(f.path.removeprefix("file://"), columns=["text"]).column(0).to_pylist())
-    produced, batches, started = 0, 0, time.perf_counter()
-    while produced < tokens:
-        for i in range(0, len(texts), 256):
-            produced += sum(len(e.ids) for e in tokenizer.encode_batch(texts[i : i + 256], add_special_tokens=False))
-            batches += 1
-            if produced >= tokens:
-                break
-    elapsed = time.perf_counter() - started
-    return {"tokens": produced, "seconds": elapsed, "tokens_per_s": produced / elapsed}
+    random.Random(0).shuffle(texts)  # a sample of the whole table when it holds more than ``tokens``
+    results = {}
+    for call in BASELINE_CALLS:
+        encode = getattr(tokenizer, call)
+        produced, started = 0, time.perf_counter()
+        while produced < tokens:
+            for i in range(0, len(texts), 256):
+                produced += sum(len(e.ids) for e in encode(texts[i : i + 256], add_special_tokens=False))
+                if produced >= tokens:
+                    break
+        elapsed = time.perf_counter() - started
+        results[call] = {"tokens": produced, "seconds": elapsed, "tokens_per_s": produced / elapsed}
+    return {"corpus": corpus, **results}
 
 
 def measure_stream(
@@ -282,6 +297,9 @@ def main() -> int:
         "--warmup-tokens", type=int, default=32_000_000,
         help="tokens a loader delivers after its first batch before (b) is timed: its read-ahead fills meanwhile",
     )  # fmt: skip
+    parser.add_argument(
+        "--baseline-tokens", type=int, default=16_000_000, help="tokens per bare call, per measurement of (a)"
+    )
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--batch", type=int, default=16, help="global batch size (sequences)")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
@@ -289,7 +307,7 @@ def main() -> int:
     if args.child:
         kind, *rest = args.child
         if kind == "baseline":
-            result = measure_baseline(args.home, args.tokens)
+            result = measure_baseline(args.home, rest[0], args.baseline_tokens)
         elif kind == "stream":
             result = measure_stream(
                 args.home,
@@ -311,20 +329,25 @@ def main() -> int:
     setup = prepare(home, args.small_mb, args.large_mb, args.vocab)
     print(f"corpus bytes {setup['bytes']}; tokenizer trained in {setup['tokenizer_train_s']:.1f}s", flush=True)
     common = ["--tokens", str(args.tokens), "--warmup-tokens", str(args.warmup_tokens)]
+    common += ["--baseline-tokens", str(args.baseline_tokens)]
     common += ["--seq-len", str(args.seq_len), "--batch", str(args.batch)]
     common += ["--shuffle-window", str(args.shuffle_window)]
-    baseline = run_child(home, common, "baseline")
-    print(f"(a) encode_batch: {baseline['tokens_per_s']:,.0f} tokens/s", flush=True)
-    streams = []
-    for backend in ("local", "ray"):
-        for corpus in ("small", "large"):
+    baselines, streams = [], []
+    for corpus in ("small", "large"):
+        # (a) before and after the loaders on the same table, so a drift of the machine's speed
+        # during the run shows, and the ratios use the mean of the two.
+        baselines.append(run_child(home, common, "baseline", corpus))
+        print(f"(a) {corpus}: {_rates(baselines[-1])}", flush=True)
+        for backend in ("local", "ray"):
             streams.append(run_child(home, common, "stream", backend, corpus))
             print(f"(b) {backend} {corpus}: {streams[-1]['tokens_per_s']:,.0f} tokens/s", flush=True)
+        baselines.append(run_child(home, common, "baseline", corpus))
+        print(f"(a) {corpus}, again: {_rates(baselines[-1])}", flush=True)
     seeks = [run_child(home, common, "seek", backend) for backend in ("local", "ray")]
     results = {
         "setup": setup,
         "settings": {k: str(v) for k, v in vars(args).items()} | {"cpus": os.cpu_count()},
-        "baseline": baseline,
+        "baselines": baselines,
         "streams": streams,
         "seeks": seeks,
     }
@@ -334,20 +357,40 @@ def main() -> int:
     return 0
 
 
+def _rates(baseline: dict) -> str:
+    return ", ".join(f"{call} {baseline[call]['tokens_per_s']:,.0f}" for call in BASELINE_CALLS) + " tokens/s"
+
+
+def baseline_means(results: dict) -> dict[str, dict[str, float]]:
+    """Per table and bare call, the mean tokens/s of (a)'s measurements (before and after the loaders)."""
+    runs: dict[str, dict[str, list[float]]] = {}
+    for b in results["baselines"]:
+        for call in BASELINE_CALLS:
+            runs.setdefault(b["corpus"], {}).setdefault(call, []).append(b[call]["tokens_per_s"])
+    return {corpus: {call: sum(r) / len(r) for call, r in calls.items()} for corpus, calls in runs.items()}
+
+
 def report(results: dict) -> str:
-    base = results["baseline"]["tokens_per_s"]
-    lines = [
-        f"(a) bare tokenizer.encode_batch: {base:,.0f} tokens/s",
+    means = baseline_means(results)
+    lines = ["(a) bare calls over each table's documents in memory: before / after the loaders, mean"]
+    for corpus, calls in means.items():
+        for call, mean in calls.items():
+            runs = " / ".join(f"{b[call]['tokens_per_s']:,.0f}" for b in results["baselines"] if b["corpus"] == corpus)
+            lines.append(f"  {corpus:6} {call:18} {runs:>24}   mean {mean:>10,.0f} tokens/s")
+    lines += [
         "",
-        "(b) loader end to end from Iceberg: steady (after the warm-up tokens), and during the warm-up",
-        f"{'backend':8} {'table':6} {'tokens/s':>12} {'vs (a)':>7} {'warm-up':>12} {'vs (a)':>7} {'1st batch':>10} "
-        f"{'RSS MB':>8} {'workers MB':>11}",
+        "(b) loader end to end from Iceberg: steady (after the warm-up tokens), and during the warm-up;",
+        "    ratios to the same table's (a) mean: encode_batch (the goal's baseline), then encode_batch_fast",
+        f"{'backend':8} {'table':6} {'tokens/s':>12} {'vs (a)':>7} {'vs fast':>7} {'warm-up':>12} {'vs (a)':>7} "
+        f"{'1st batch':>10} {'RSS MB':>8} {'workers MB':>11}",
     ]
     for s in results["streams"]:
+        base = means[s["corpus"]]
         warm = s["warmup_tokens_per_s"] or 0.0
         lines.append(
-            f"{s['backend']:8} {s['corpus']:6} {s['tokens_per_s']:>12,.0f} {s['tokens_per_s'] / base:>7.2f} "
-            f"{warm:>12,.0f} {warm / base:>7.2f} {s['first_batch_s']:>9.1f}s {s['peak_rss_mb']:>8.0f} "
+            f"{s['backend']:8} {s['corpus']:6} {s['tokens_per_s']:>12,.0f} "
+            f"{s['tokens_per_s'] / base['encode_batch']:>7.2f} {s['tokens_per_s'] / base['encode_batch_fast']:>7.2f} "
+            f"{warm:>12,.0f} {warm / base['encode_batch']:>7.2f} {s['first_batch_s']:>9.1f}s {s['peak_rss_mb']:>8.0f} "
             f"{s['peak_ray_workers_rss_mb']:>11.0f}"
         )
     ray_init = [s["ray_init_s"] for s in results["streams"] if s["backend"] == "ray"]
