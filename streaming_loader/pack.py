@@ -98,6 +98,11 @@ class SubStream:
             tokens = np.concatenate([tokens, np.full(length - filled, self._eod[0], dtype=np.int32)])
         return Window(tokens, tuple(starts), filled)
 
+    def open(self) -> None:
+        """Ask the readers for this sub-stream's units now, before anything waits on them."""
+        if self._units is None:
+            self._units = self._open(self.component, self.shard, self._start.epoch, self._start.position)
+
     def close(self) -> None:
         if self._units is not None and hasattr(self._units, "close"):
             self._units.close()
@@ -112,9 +117,8 @@ class SubStream:
         return unit.tokens[start:stop]
 
     def _next_unit(self) -> UnitTokens:
-        first = self._units is None
-        if first:
-            self._units = self._open(self.component, self.shard, self._start.epoch, self._start.position)
+        first = self._unit is None
+        self.open()
         began = time.perf_counter()
         unit = next(self._units)
         self.wait_s += time.perf_counter() - began

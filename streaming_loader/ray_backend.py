@@ -113,8 +113,13 @@ class RayBackend:
         """Pipelines started so far (for tests and the benchmark)."""
 
     def open(self, component: int, shard: int, epoch: int, position: int) -> Iterator[UnitTokens]:
+        # The feed counts from now, not from the first next(): the next pipeline already reads for it.
         key = next(self._ids)
         self._feeds[key] = _Feed(self.plan.units_from(component, shard, epoch, position))
+        return self._units(key)
+
+    def _units(self, key: int) -> Iterator[UnitTokens]:
+        """A sub-stream's units as they arrive (a feed whose iterator never started goes at reset)."""
         try:
             while True:
                 yield self._get(key)

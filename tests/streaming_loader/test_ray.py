@@ -42,6 +42,15 @@ def test_ray_and_local_backends_give_the_same_stream(ray_cluster, mixture):
         assert same(take(rank, 10), take(reference, 10))
 
 
+def test_the_first_batch_asks_for_all_its_sub_streams_at_once(ray_cluster, mixture):
+    with loader(mixture, "ray") as source:
+        next(source)
+        assert len(source._streams) >= 8
+        # One pipeline reads the first units of every sub-stream; the next one tops them up while the
+        # batch is packed (before, each sub-stream started its own pipeline when first asked).
+        assert source._backend.pipelines <= 2
+
+
 def files_under(root: Path, skip: tuple[str, ...] = ()) -> dict[str, int]:
     found = {}
     for path in root.rglob("*"):
