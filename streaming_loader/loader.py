@@ -108,12 +108,12 @@ class StreamingLoader:
         began, waited = time.perf_counter(), self._waited()
         counts, deficits = self.schedule.counts(self._deficits)
         hands = deal(counts, self.config.shards, self.manifest.seed, self._batch)
-        wanted = [(shard, component) for shard in self.config.rank_shards for component in hands[shard]]
-        for shard, component in wanted:
+        streams = [(c, self._stream(shard, c)) for shard in self.config.rank_shards for c in hands[shard]]
+        for _, stream in streams:
             # Every sub-stream of the batch asks for its units before any is waited on, so the Ray
             # readers start them together (one pipeline) rather than one sub-stream after another.
-            self._stream(shard, component).open()
-        rows = [(component, self._stream(shard, component).next_window()) for shard, component in wanted]
+            stream.open()
+        rows = [(component, stream.next_window()) for component, stream in streams]
         batch = _collate(rows, self.config.seq_len)
         self._batch, self._deficits = self._batch + 1, deficits
         self.metrics.record(
