@@ -8,14 +8,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The CPU build of torch lies on disk; installing it first stops pip from resolving a CUDA build.
 TORCH := torch==2.13.0
-# The JVM class-data-sharing archive that lets Spark start seconds sooner (pipelines/spark_classes.py).
+# The JVM class-data-sharing archive that lets Spark start seconds sooner (factory_cli/spark_classes.py).
 CLASSES := $(VENV)/share/factory/spark-classes.jsa
 PIP := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: help install demo test lint format lock java clean
+.PHONY: help install demo test test-fast lint format lock java clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert (3, 11) <= sys.version_info[:2] < (3, 13), "Python 3.11 or 3.12 is needed, found " + sys.version' \
@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP) ## create .venv and install everything pinned
 
 $(CLASSES): $(STAMP) | java
-	$(BIN)/python -m pipelines.spark_classes $@
+	$(BIN)/python -m factory_cli.spark_classes $@
 
 java: ## check that Java 17+ is present (Spark needs it)
 	@command -v java >/dev/null || { echo "error: Spark needs Java 17; install it with: apt-get install -y openjdk-17-jre-headless"; exit 1; }
@@ -40,6 +40,9 @@ demo: install java $(CLASSES) ## run the whole chain on the embedded default (.f
 
 test: install java $(CLASSES) ## run the test suite on real Spark, Iceberg catalogs, Ray and torchrun
 	$(BIN)/python -m pytest
+
+test-fast: install ## the tests that need no JVM, Ray cluster or torchrun: the edit-test loop (under a minute)
+	$(BIN)/python -m pytest -q -m "not engine and not slow"
 
 lint: install ## ruff lint and format check
 	$(BIN)/ruff check .

@@ -1,1 +1,1 @@
-"""Mixture specs, pinning them to manifests, and mixture optimisation."""
+"""Mixture specs, and pinning them to manifests of snapshot ids and data files."""

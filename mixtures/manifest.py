@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipelines.exceptions import ManifestError
+from lakehouse.errors import ManifestError
+from lakehouse.local_files import write_atomically
 
 FORMAT = "factory-mixture-manifest/1"
 # Fields that describe when and by what a manifest was made, not what it contains: two pins of
@@ -106,10 +107,7 @@ class Manifest:
         return json.dumps(data, indent=2, sort_keys=False) + "\n"
 
     def save(self, path: str | Path) -> None:
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.to_json(), encoding="utf-8")
-        tmp.replace(path)  # never leave a half-written manifest behind
+        write_atomically(path, self.to_json())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], label: str = "manifest") -> Manifest:

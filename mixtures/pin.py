@@ -18,14 +18,14 @@ from pyiceberg.expressions.parser import parse
 from pyiceberg.expressions.visitors import bind
 from pyiceberg.schema import Schema
 
+from lakehouse.catalog import plan_snapshot, resolve, snapshot_schema
+from lakehouse.errors import MixtureSpecError
+from lakehouse.parquet import open_parquet
+from lakehouse.schemas import require_columns
+from lakehouse.version import code_version
 from mixtures import heldout
-from mixtures.files import open_parquet
 from mixtures.manifest import ComponentManifest, DataFile, Manifest
 from mixtures.spec import ComponentSpec, MixtureSpec
-from pipelines.catalog import plan_snapshot, resolve, snapshot_schema
-from pipelines.exceptions import MixtureSpecError
-from pipelines.schemas import require_columns
-from pipelines.version import code_version
 
 log = logging.getLogger("factory.mix")
 

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipelines.exceptions import FactoryError, MixtureSpecError
-from pipelines.refs import TableRef
+from lakehouse.config_keys import refuse_unknown_keys
+from lakehouse.errors import FactoryError, MixtureSpecError
+from lakehouse.refs import TableRef
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}\Z")
 _COMPONENT_KEYS = {"name", "table", "ref", "weight", "filter", "heldout_fraction"}
@@ -86,7 +87,7 @@ class ComponentSpec:
 
     @property
     def reference(self) -> str:
-        """``namespace.table[@ref]`` as ``pipelines.catalog.resolve`` takes it."""
+        """``namespace.table[@ref]`` as ``lakehouse.catalog.resolve`` takes it."""
         return f"{self.table}@{self.ref}" if self.ref is not None else self.table
 
 
@@ -158,7 +159,7 @@ def spec_from_dict(data: Any) -> MixtureSpec:
     """Validate a parsed spec: unknown keys, weights given twice or for unknown components are errors."""
     if not isinstance(data, Mapping):
         raise MixtureSpecError("a mixture spec is a table with `seed` and `[[components]]`")
-    _refuse_unknown(data, _SPEC_KEYS, "the spec")
+    refuse_unknown_keys(data, _SPEC_KEYS, "the spec", MixtureSpecError)
     entries = data.get("components")
     if not isinstance(entries, list) or not all(isinstance(e, Mapping) for e in entries):
         raise MixtureSpecError("`components` must be a list of tables ([[components]] in TOML)")
@@ -173,7 +174,7 @@ def spec_from_dict(data: Any) -> MixtureSpec:
         )
     components = []
     for entry in entries:
-        _refuse_unknown(entry, _COMPONENT_KEYS, f"component {entry.get('name')!r}")
+        refuse_unknown_keys(entry, _COMPONENT_KEYS, f"component {entry.get('name')!r}", MixtureSpecError)
         name = entry.get("name")
         if "table" not in entry or name is None:
             raise MixtureSpecError(f"component {name!r}: `name` and `table` are required")
@@ -194,9 +195,3 @@ def spec_from_dict(data: Any) -> MixtureSpec:
             )
         )
     return MixtureSpec(components=tuple(components), seed=data.get("seed", 0), name=str(data.get("name", "mixture")))
-
-
-def _refuse_unknown(entry: Mapping, allowed: set[str], where: str) -> None:
-    unknown = sorted(set(entry) - allowed)
-    if unknown:
-        raise MixtureSpecError(f"{where}: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})")

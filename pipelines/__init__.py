@@ -1,1 +1,1 @@
-"""Spark jobs (one module per job) and what they share: catalog access and the commit protocol."""
+"""Spark jobs (ingest, dedup, filter), one module per job, and the Spark steps they run."""

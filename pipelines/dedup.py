@@ -16,7 +16,7 @@ Stages (each a plain function of ``dedup_stages``, ``minhash``, ``shingles`` run
    bands and are deduplicated exactly only;
 4. verification (``--verify``, default): each candidate pair's exact Jaccard similarity, from
    both texts; pairs under the threshold are dropped, so false positives cannot chain clusters;
-5. clusters: connected components of the verified pairs (``components.py``, in Spark);
+5. clusters: connected components of the verified pairs (``connected_components.py``, in Spark);
 6. the kept document of each cluster: the longest text, then the smallest ``doc_id``; with
    ``--against``, a cluster that holds a reference document keeps none of the input's.
 
@@ -27,7 +27,6 @@ duplicates, how it matched, and the similarity that justified it).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import sys
@@ -40,13 +39,14 @@ import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.types import BooleanType, DoubleType, LongType, NestedField, StringType
+from pyiceberg.types import NestedField, StringType
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from pipelines.catalog import ensure_table, load_catalog, resolve, snapshot_schema
-from pipelines.commit import (
+from lakehouse.catalog import ensure_table, resolve, snapshot_schema
+from lakehouse.columns import DOCUMENT_COLUMNS, TARGET_COLUMN
+from lakehouse.commit import (
     CommitResult,
     Run,
     commit_files,
@@ -54,21 +54,18 @@ from pipelines.commit import (
     record_count,
     runs_already_committed,
 )
-from pipelines.components import connected_components
+from lakehouse.errors import InputError
+from lakehouse.refs import PinnedRef, format_identifier, parse_identifier
+from lakehouse.schemas import CLUSTERS_SCHEMA, arrow_schema, require_columns
+from pipelines.connected_components import connected_components
 from pipelines.dedup_stages import (
     FEATURES_SCHEMA,
-    VERIFIED_FN_WEIGHT,
     DedupConfig,
     compare_pairs,
     document_features,
 )
-from pipelines.exceptions import InputError
-from pipelines.minhash import MinHashConfig
-from pipelines.refs import PinnedRef, format_identifier, parse_identifier
-from pipelines.schemas import DOCUMENT_COLUMNS, arrow_schema, require_columns
-from pipelines.shingles import UNITS, ShingleConfig
-from pipelines.spark_session import NO_ADAPTIVE, get_spark, read_snapshot, session_conf
-from pipelines.staging import TARGET_COLUMN, Target, write_staged
+from pipelines.spark_session import NO_ADAPTIVE, read_snapshot, session_conf
+from pipelines.staging import Target, write_staged
 
 log = logging.getLogger("factory.dedup")
 
@@ -93,18 +90,6 @@ BUCKET_ANCHORS = 4
 # sort first, so a cluster's smallest key tells whether it holds published data; input and
 # reference may share doc_ids (the same record, already published).
 REFERENCE, INPUT = "0", "1"
-
-CLUSTERS_SCHEMA = Schema(
-    NestedField(1, "doc_id", StringType(), required=True),
-    NestedField(2, "cluster_id", StringType(), required=True, doc="smallest input doc_id of the cluster"),
-    NestedField(3, "kept", BooleanType(), required=True, doc="this document is in the output"),
-    NestedField(4, "cluster_size", LongType(), required=True, doc="input documents in the cluster"),
-    NestedField(5, "duplicate_of", StringType(), required=False, doc="doc_id of the cluster's kept document"),
-    NestedField(6, "against", BooleanType(), required=True, doc="duplicate_of is in the --against snapshot"),
-    NestedField(7, "match", StringType(), required=False, doc="exact (same normalised text) or near; null if kept"),
-    NestedField(8, "similarity", DoubleType(), required=False, doc="Jaccard to duplicate_of estimated by MinHash"),
-    NestedField(9, "jaccard", DoubleType(), required=False, doc="exact Jaccard of the shingles with duplicate_of"),
-)
 
 
 @dataclass(frozen=True)
@@ -150,7 +135,7 @@ class DedupResult:
 
 
 @dataclass(frozen=True)
-class _Inputs:
+class DedupInputs:
     tables: list[Table]
     pinned: list[PinnedRef]
     schema: Schema
@@ -160,7 +145,7 @@ class _Inputs:
 
 def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupResult:
     """Run one dedup and commit its kept documents and its clusters table."""
-    inputs = _resolve_inputs(catalog, opts)
+    inputs = resolve_inputs(catalog, opts)
     out_id, clusters_id = opts.output_id, opts.clusters_id
     run = _run_for(opts, inputs)
     if runs_already_committed(catalog, [clusters_id, out_id], run.run_id):
@@ -168,7 +153,9 @@ def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupRes
         return _existing_result(catalog, run.run_id, out_id, clusters_id)
 
     docs = _read_inputs(spark, inputs)
-    if len(inputs.pinned) > 1:  # within one table doc_ids are unique (DESIGN.md); across tables, check
+    if (
+        len(inputs.pinned) > 1
+    ):  # within one table doc_ids are unique (docs/architecture.md, "Tables"); across tables, check
         _refuse_colliding_ids(docs, inputs)
     out_schema = _output_schema(inputs.schema)
     documents = ensure_table(catalog, out_id, out_schema)
@@ -199,7 +186,7 @@ def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupRes
     return DedupResult(run.run_id, docs_commit, clusters_commit, stats)
 
 
-def _run_for(opts: DedupOptions, inputs: _Inputs) -> Run:
+def _run_for(opts: DedupOptions, inputs: DedupInputs) -> Run:
     """The run, recording every snapshot read: the inputs, then the --against one."""
     if opts.clusters_id == opts.output_id or opts.clusters_id in [p.identifier for p in inputs.pinned]:
         raise InputError(
@@ -492,7 +479,7 @@ def _write(df: DataFrame, table: Table, run: Run, schema: Schema):
     return write_staged(df.withColumn(TARGET_COLUMN, F.lit("out")), {"out": target})["out"]
 
 
-def _resolve_inputs(catalog: Catalog, opts: DedupOptions) -> _Inputs:
+def resolve_inputs(catalog: Catalog, opts: DedupOptions) -> DedupInputs:
     tables, pinned = [], []
     for text in opts.inputs:
         table, ref = resolve(catalog, text)
@@ -502,9 +489,9 @@ def _resolve_inputs(catalog: Catalog, opts: DedupOptions) -> _Inputs:
     if len({p.identifier for p in pinned}) != len(pinned):
         raise InputError("the same table is given twice as --input; give each input table once")
     schemas = [snapshot_schema(t, p.snapshot_id) for t, p in zip(tables, pinned, strict=True)]
-    first = _columns(schemas[0])
+    first = _column_types(schemas[0])
     for ref, schema in zip(opts.inputs[1:], schemas[1:], strict=True):
-        if _columns(schema) != first:
+        if _column_types(schema) != first:
             raise InputError(
                 f"{ref} has other columns than {opts.inputs[0]} ({_describe(schema)} vs {_describe(schemas[0])}); "
                 "inputs deduplicated together must have the same columns"
@@ -518,15 +505,15 @@ def _resolve_inputs(catalog: Catalog, opts: DedupOptions) -> _Inputs:
     if reference:
         snapshots.append((reference[0], reference[1].snapshot_id))
     records = sum(record_count(t, snapshot_id) for t, snapshot_id in snapshots)
-    return _Inputs(tables, pinned, schemas[0], reference, records)
+    return DedupInputs(tables, pinned, schemas[0], reference, records)
 
 
-def _columns(schema: Schema) -> list[tuple[str, str]]:
+def _column_types(schema: Schema) -> list[tuple[str, str]]:
     return [(f.name, str(f.field_type)) for f in schema.fields]
 
 
 def _describe(schema: Schema) -> str:
-    return ", ".join(f"{name} {kind}" for name, kind in _columns(schema))
+    return ", ".join(f"{name} {kind}" for name, kind in _column_types(schema))
 
 
 def _output_schema(input_schema: Schema) -> Schema:
@@ -541,7 +528,7 @@ def _output_schema(input_schema: Schema) -> Schema:
     return Schema(*fields)
 
 
-def _read_inputs(spark: SparkSession, inputs: _Inputs) -> DataFrame:
+def _read_inputs(spark: SparkSession, inputs: DedupInputs) -> DataFrame:
     frames = [
         read_snapshot(spark, table, pinned.snapshot_id, pinned.table_name)
         for table, pinned in zip(inputs.tables, inputs.pinned, strict=True)
@@ -552,7 +539,7 @@ def _read_inputs(spark: SparkSession, inputs: _Inputs) -> DataFrame:
     return docs.withColumn("_key", F.concat(F.lit(INPUT), "doc_id"))
 
 
-def _refuse_colliding_ids(docs: DataFrame, inputs: _Inputs) -> None:
+def _refuse_colliding_ids(docs: DataFrame, inputs: DedupInputs) -> None:
     """doc_ids must be unique across the inputs: the output keeps them as its unique ids."""
     repeated = docs.select("doc_id").repartition(_partitions(inputs.records), "doc_id").groupBy("doc_id").count()
     repeated = repeated.where(F.col("count") > 1)
@@ -574,99 +561,7 @@ def _existing_result(
     return DedupResult(run_id, documents, clusters, stats, already_committed=True)
 
 
-# --- command line ---------------------------------------------------------------------------
+if __name__ == "__main__":  # `spark-submit pipelines/dedup.py ARGS` is `factory dedup ARGS` (docs/architecture.md)
+    from factory_cli.main import run_command
 
-
-def add_arguments(parser: argparse.ArgumentParser, _name: str = "dedup") -> None:
-    parser.add_argument(
-        "--input", dest="inputs", required=True, nargs="+", action="extend", metavar="REF",
-        help="document table(s) to deduplicate together: NS.TABLE or NS.TABLE@REF (repeatable)",
-    )  # fmt: skip
-    parser.add_argument("--output", required=True, metavar="NS.TABLE", help="table for the kept documents")
-    parser.add_argument("--clusters", metavar="NS.TABLE", help="table for the clusters (default: <output>_clusters)")
-    parser.add_argument(
-        "--against", metavar="REF", help="a published snapshot: remove input documents that duplicate any of it"
-    )
-    parser.add_argument("--threshold", type=float, default=0.8, help="Jaccard similarity of duplicates (default 0.8)")
-    parser.add_argument("--num-perm", type=int, default=128, help="MinHash hash functions (default 128)")
-    parser.add_argument("--bands", type=int, help="LSH bands (default: chosen from --threshold and --num-perm)")
-    parser.add_argument("--rows", type=int, help="LSH rows per band (with --bands)")
-    parser.add_argument("--ngram", type=int, default=5, help="tokens (or characters) per shingle (default 5)")
-    parser.add_argument("--shingle", choices=UNITS, default="word", help="word n-grams (default) or character n-grams")
-    parser.add_argument(
-        "--min-shingles", type=int, default=5,
-        help="documents with fewer distinct shingles are deduplicated exactly only (default 5)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--fn-weight", type=float,
-        help="weight of false negatives against false positives when choosing bands × rows "
-        f"(default {VERIFIED_FN_WEIGHT} with --verify, 0.5 without, as datasketch)",
-    )  # fmt: skip
-    parser.add_argument("--seed", type=int, default=1, help="seed of the MinHash functions (default 1)")
-    parser.add_argument(
-        "--verify", action=argparse.BooleanOptionalAction, default=True,
-        help="check candidate pairs with exact Jaccard before clustering (default: on)",
-    )  # fmt: skip
-    parser.add_argument("--run-id", help="id of this logical run; re-running an id already committed is a no-op")
-
-
-def options_from_args(args: argparse.Namespace) -> DedupOptions:
-    config = DedupConfig(
-        shingles=ShingleConfig(unit=args.shingle, n=args.ngram, min_shingles=args.min_shingles),
-        minhash=MinHashConfig(
-            threshold=args.threshold,
-            num_perm=args.num_perm,
-            bands=args.bands,
-            rows=args.rows,
-            seed=args.seed,
-            fn_weight=args.fn_weight if args.fn_weight is not None else (VERIFIED_FN_WEIGHT if args.verify else 0.5),
-        ),
-        verify=args.verify,
-    )
-    return DedupOptions(
-        inputs=args.inputs,
-        output=args.output,
-        clusters=args.clusters,
-        against=args.against,
-        config=config,
-        run_id=args.run_id,
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    opts = options_from_args(args)
-    catalog = load_catalog(args.catalog)
-    _resolve_inputs(catalog, opts)  # a bad reference fails here, before Spark starts
-    result = dedup(get_spark("factory-dedup"), catalog, opts)
-    print(format_result(result))
-    return 0
-
-
-def format_result(result: DedupResult) -> str:
-    s = result.stats
-    lines = [
-        f"run {result.run_id}" + (" (already committed: nothing done)" if result.already_committed else ""),
-        f"  {result.documents.table}@{result.documents.snapshot_id}: kept {s.get('kept', 0)} of "
-        f"{s.get('documents-in', 0)} documents",
-        f"  {result.clusters.table}@{result.clusters.snapshot_id}: {s.get('clusters', 0)} duplicate cluster(s), "
-        f"largest {s.get('largest-cluster', 0)}",
-        f"  removed: {s.get('exact-duplicates', 0)} exact and {s.get('near-duplicates', 0)} near duplicate(s)"
-        + (
-            f", {s['against-duplicates']} of them already in the --against snapshot"
-            if s.get("against-duplicates")
-            else ""
-        ),
-        f"  candidate pairs {s.get('candidate-pairs', 0)}, verified {s.get('verified-pairs', 0)}; "
-        f"{s.get('short-documents', 0)} document(s) too short for near dedup (exact only)",
-    ]
-    return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from pipelines.cli import run_command
-
-    return run_command("dedup", sys.argv[1:] if argv is None else argv, prog="dedup.py")
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("dedup", sys.argv[1:], prog="dedup.py"))

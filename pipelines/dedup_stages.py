@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.exceptions import InputError
+from lakehouse.errors import InputError
 from pipelines.minhash import MinHashConfig, band_hashes, estimated_similarity, signatures
 from pipelines.shingles import ShingleConfig, chunks, shingle
 from pipelines.similarity import pair_jaccard

@@ -19,18 +19,17 @@
    accounting (kept + quarantined = input, none both); the result (JSON and GX's HTML) is
    stored under ``<warehouse>/validation/<ns>/<table>/<run-id>/`` and named in the summary.
 4. Only if every check passed, main moves to the audited snapshot, and only if main's head
-   is still its ancestor (``pipelines.publish``). Otherwise main is untouched, the branch and
+   is still its ancestor (``lakehouse.publish``). Otherwise main is untouched, the branch and
    report stay, and the command exits non-zero saying why.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -39,29 +38,28 @@ from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.catalog import ensure_table, load_catalog, load_table, resolve, snapshot_schema
-from pipelines.commit import Run, commit_files, find_run_snapshot, snapshot_stats
-from pipelines.exceptions import InputError, ValidationFailedError
-from pipelines.explore import tag as tag_snapshot
-from pipelines.publish import Published, publish, remove_branch, start_branch
-from pipelines.read_units import ReadUnit, plan_units
-from pipelines.refs import PinnedRef, format_identifier, parse_identifier, validate_ref_name
-from pipelines.schemas import (
-    DOCUMENT_COLUMNS,
+from lakehouse.catalog import ensure_table, load_table, resolve, snapshot_schema
+from lakehouse.columns import DOCUMENT_COLUMNS
+from lakehouse.commit import Run, commit_files, find_run_snapshot, snapshot_stats
+from lakehouse.errors import InputError, ValidationFailedError
+from lakehouse.publish import Published, publish, remove_branch, start_branch, tag_snapshot
+from lakehouse.refs import PinnedRef, format_identifier, parse_identifier, validate_ref_name
+from lakehouse.schemas import (
     QUARANTINE_RECORD_BYTES,
     QUARANTINE_SCHEMA_WITH_METRICS,
     arrow_schema,
     require_columns,
 )
-from pipelines.spark_session import get_spark, read_snapshot, snapshot_files
+from pipelines.read_units import ReadUnit, plan_units
+from pipelines.spark_session import read_snapshot, snapshot_files
 from pipelines.staging import REPORT_SCHEMA, Target, staged_outputs
-from quality.batches import VERDICT_FIELDS
 from quality.config import FilterConfig, load_config
+from quality.filter_task import VERDICT_FIELDS
 
 log = logging.getLogger("factory.filter")
 
 STAGE = "filter"
-# Columns the filter stage adds to each row (quality.batches); an input must not have them.
+# Columns the filter stage adds to each row (quality.filter_task); an input must not have them.
 _RESERVED = {name for name, _ in VERDICT_FIELDS} | {"stage", "run_id", "_count_key"}
 
 
@@ -280,7 +278,7 @@ def _filter_task(
     def task(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pipelines.read_units import read_unit
         from pipelines.staging import write_partition
-        from quality.batches import chain_from_source, filter_batch, with_quarantine_columns
+        from quality.filter_task import chain_from_source, filter_batch, with_quarantine_columns
 
         chain = chain_from_source(*source)
         for batch in ids:
@@ -366,55 +364,7 @@ def _existing_result(job: _Job, snapshot_id: int) -> FilterRunResult:
     )
 
 
-# --- command line ---------------------------------------------------------------------------
+if __name__ == "__main__":  # `spark-submit pipelines/filter.py ARGS` is `factory filter ARGS` (docs/architecture.md)
+    from factory_cli.main import run_command
 
-
-def add_arguments(parser: argparse.ArgumentParser, _name: str = "filter") -> None:
-    parser.add_argument("--input", required=True, metavar="NS.TABLE[@REF]", help="the documents to filter")
-    parser.add_argument("--output", required=True, metavar="NS.TABLE", help="table whose main becomes the result")
-    parser.add_argument(
-        "--config", required=True, metavar="FILE", help="filter config (TOML); `code` or `text` for the shipped ones"
-    )
-    parser.add_argument(
-        "--quarantine", metavar="NS.TABLE", help="where dropped documents go (default: <namespace>.quarantine)"
-    )
-    parser.add_argument("--tag", metavar="NAME", help="tag the published snapshot")
-    parser.add_argument("--run-id", help="id of this logical run; re-running an id already published is a no-op")
-
-
-def run(args: argparse.Namespace) -> int:
-    opts = FilterOptions(args.input, args.output, args.config, args.quarantine, args.run_id, args.tag)
-    load_config(opts.config)  # a bad config fails here, before Spark starts
-    catalog = load_catalog(args.catalog)
-    result = filter_documents(get_spark("factory-filter"), catalog, opts)
-    print(format_result(result))
-    return 0
-
-
-def format_result(result: FilterRunResult) -> str:
-    s = result.stats
-    state = "already published: nothing done" if result.already_committed else "published to main"
-    lines = [
-        f"run {result.run_id} ({state})",
-        f"  {result.output}@{result.audited_snapshot_id}: {s.get('kept', 0)} documents kept",
-        f"  quarantined: {s.get('quarantined', 0)} of {s.get('documents-in', 0)}",
-        f"  validation: {result.report}",
-    ]
-    if result.seconds:
-        lines.append("  seconds: " + ", ".join(f"{step} {secs:.1f}" for step, secs in result.seconds.items()))
-    per_filter = {k.removeprefix("dropped."): v for k, v in s.items() if k.startswith("dropped.")}
-    for name, n in per_filter.items():
-        if "." not in name:
-            reasons = {k.split(".", 1)[1]: v for k, v in per_filter.items() if k.startswith(f"{name}.")}
-            lines.append(f"  dropped by {name}: {n} (" + ", ".join(f"{r}={v}" for r, v in reasons.items()) + ")")
-    return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from pipelines.cli import run_command
-
-    return run_command("filter", sys.argv[1:] if argv is None else argv, prog="filter.py")
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("filter", sys.argv[1:], prog="filter.py"))

@@ -10,7 +10,6 @@ namespace's quarantine table, each with a reason. Both are committed by the comm
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
@@ -24,21 +23,21 @@ from pyiceberg.catalog import Catalog
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from pipelines.catalog import ensure_table, load_catalog
-from pipelines.commit import CommitResult, Run, commit_files, existing_commits, runs_already_committed
-from pipelines.ingest_inputs import FORMATS, InputFile, discover, encode_group, plan_tasks, read_records
-from pipelines.ingest_records import PARSED_ARROW_SCHEMA, PARSED_SCHEMA, RecordConfig
-from pipelines.refs import format_identifier, parse_identifier
-from pipelines.schemas import (
-    DOCUMENT_COLUMNS,
+from lakehouse.catalog import ensure_table
+from lakehouse.columns import DOCUMENT_COLUMNS, TARGET_COLUMN
+from lakehouse.commit import CommitResult, Run, commit_files, existing_commits, runs_already_committed
+from lakehouse.refs import format_identifier, parse_identifier
+from lakehouse.schemas import (
     DOCUMENT_SCHEMA,
     QUARANTINE_RECORD_BYTES,
     QUARANTINE_SCHEMA,
     arrow_schema,
     require_columns,
 )
-from pipelines.spark_session import get_spark, read_snapshot
-from pipelines.staging import TARGET_COLUMN, Target, write_staged
+from pipelines.ingest_inputs import InputFile, discover, encode_group, plan_tasks, read_records
+from pipelines.ingest_records import PARSED_ARROW_SCHEMA, PARSED_SCHEMA, RecordConfig
+from pipelines.spark_session import read_snapshot
+from pipelines.staging import Target, write_staged
 
 log = logging.getLogger("factory.ingest")
 
@@ -215,77 +214,7 @@ def _existing_result(catalog: Catalog, run_id: str, out_id: tuple[str, ...], q_i
     return IngestResult(run_id, documents, quarantine, stats, already_committed=True)
 
 
-# --- command line ---------------------------------------------------------------------------
+if __name__ == "__main__":  # `spark-submit pipelines/ingest.py ARGS` is `factory ingest ARGS` (docs/architecture.md)
+    from factory_cli.main import run_command
 
-
-def add_arguments(parser: argparse.ArgumentParser, _name: str = "ingest") -> None:
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="input files or folders (local or URI)")
-    parser.add_argument("--source", required=True, help="source name stored with each document, e.g. code, web")
-    parser.add_argument("--format", dest="fmt", required=True, choices=FORMATS, help="input format")
-    parser.add_argument("--output", required=True, metavar="NS.TABLE", help="document table to append to")
-    parser.add_argument(
-        "--quarantine", metavar="NS.TABLE", help="where refused records go (default: <namespace>.quarantine)"
-    )
-    parser.add_argument("--text-field", default="text", help="JSONL/Parquet field with the text (default: text)")
-    parser.add_argument("--id-field", help="field with a stable record id (default: the record's file and line)")
-    parser.add_argument("--path-field", help="field with the record's path or URL")
-    parser.add_argument("--lang-field", help="field with the record's language")
-    parser.add_argument(
-        "--max-doc-bytes", type=int, default=10 * 1024 * 1024, help="refuse larger documents (default: 10 MiB)"
-    )
-    parser.add_argument("--include", action="append", default=[], metavar="GLOB", help="only files matching")
-    parser.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="skip files matching")
-    parser.add_argument("--run-id", help="id of this logical run; re-running an id already committed is a no-op")
-
-
-def options_from_args(args: argparse.Namespace) -> IngestOptions:
-    records = RecordConfig(
-        source=args.source,
-        text_field=args.text_field,
-        id_field=args.id_field,
-        path_field=args.path_field,
-        lang_field=args.lang_field,
-        max_doc_bytes=args.max_doc_bytes,
-    )
-    return IngestOptions(
-        inputs=args.paths,
-        fmt=args.fmt,
-        output=args.output,
-        records=records,
-        quarantine=args.quarantine,
-        include=args.include,
-        exclude=args.exclude,
-        run_id=args.run_id,
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    opts = options_from_args(args)
-    catalog = load_catalog(args.catalog)
-    result = ingest(get_spark("factory-ingest"), catalog, opts)
-    print(format_result(result))
-    return 0
-
-
-def format_result(result: IngestResult) -> str:
-    s = result.stats
-    lines = [
-        f"run {result.run_id}" + (" (already committed: nothing done)" if result.already_committed else ""),
-        f"  {result.documents.table}@{result.documents.snapshot_id}: {s.get('kept', 0)} documents",
-        f"  {result.quarantine.table}@{result.quarantine.snapshot_id}: {s.get('quarantined', 0)} quarantined",
-        f"  records in: {s.get('documents-in', 0)} from {s.get('files', 0)} file(s), {s.get('bytes-in', 0) / 1e6:.1f} MB",
-    ]
-    reasons = {k.removeprefix("quarantined."): v for k, v in s.items() if k.startswith("quarantined.")}
-    if reasons:
-        lines.append("  quarantined by reason: " + ", ".join(f"{k}={v}" for k, v in sorted(reasons.items())))
-    return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from pipelines.cli import run_command
-
-    return run_command("ingest", sys.argv[1:] if argv is None else argv, prog="ingest.py")
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("ingest", sys.argv[1:], prog="ingest.py"))

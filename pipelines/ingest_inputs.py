@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from pipelines.exceptions import InputError
+from lakehouse.errors import InputError
 from pipelines.ingest_records import RecordConfig, file_record, jsonl_records, mapping_records, refused
 
 FORMATS = ("jsonl", "parquet", "files")

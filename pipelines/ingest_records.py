@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import orjson
 import pyarrow as pa
 
-from pipelines.exceptions import InputError
-from pipelines.schemas import QUARANTINE_RECORD_BYTES
+from lakehouse.errors import InputError
+from lakehouse.schemas import QUARANTINE_RECORD_BYTES
 
 # Columns of a parsed row. origin/ordinal say where the record came from (input-relative file
 # path, line or row number); they order duplicates deterministically and are not stored.

@@ -21,7 +21,7 @@ from functools import cached_property
 
 import numpy as np
 
-from pipelines.exceptions import InputError
+from lakehouse.errors import InputError
 from pipelines.shingles import Shingled, mix64
 
 SIGNATURE_DTYPE = np.dtype("<u4")  # little-endian on every machine: signatures are stored as bytes

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.exceptions import InputError
+from lakehouse.errors import InputError
 
 UNITS = ("word", "char")
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, SparkSession
 
-from pipelines.exceptions import InputError, MissingDependencyError
-from pipelines.spark_classes import java_options
+from lakehouse.errors import MissingDependencyError
+from pipelines.jvm_options import java_options, jit_options
 
 if TYPE_CHECKING:  # pyiceberg is imported where used: importing this module must be quick, as
     from pyiceberg.table import Table  # a command starts the JVM (start_spark_early) right after
@@ -33,13 +33,6 @@ DEFAULT_CONF = {
     "spark.python.worker.reuse": "true",
 }
 
-
-# A session started in this process (the `factory` command on a laptop, CI, the tests) runs many
-# short Spark jobs: the JVM's optimising C2 compiler spends seconds of CPU compiling Catalyst's
-# and Spark's generated code that then runs for milliseconds, on the cores the Python workers
-# need. Stopping at C1, which compiles quickly, measured on 2 cores: dedup of 200 MB 32 s → 27.5 s.
-# A long JVM-bound run may prefer C2's faster code: FACTORY_SPARK_JIT=full.
-JIT_OPTIONS = {"quick": "-XX:TieredStopAtLevel=1", "full": ""}
 
 _early_start: threading.Thread | None = None
 
@@ -101,16 +94,6 @@ def _create_session(app_name: str) -> SparkSession:
     return spark
 
 
-def jit_options() -> str:
-    """The JVM's compiler options for an in-process session, from ``$FACTORY_SPARK_JIT`` (default quick)."""
-    setting = os.environ.get("FACTORY_SPARK_JIT", "quick").strip().lower() or "quick"
-    if setting not in JIT_OPTIONS:
-        raise InputError(
-            f"FACTORY_SPARK_JIT must be one of {', '.join(JIT_OPTIONS)} (C1 only, or the JVM's default), got {setting!r}"
-        )
-    return JIT_OPTIONS[setting]
-
-
 def start_python_workers(spark: SparkSession, module: str) -> threading.Thread:
     """Start the session's Python workers in the background, each importing ``module``.
 
@@ -159,7 +142,7 @@ def session_conf(spark: SparkSession, values: dict[str, str]) -> Iterator[None]:
 
 def snapshot_files(table: Table, snapshot_id: int, label: str) -> list[str]:
     """The data files of a snapshot, refusing one with delete files (their rows would come back)."""
-    from pipelines.catalog import plan_snapshot
+    from lakehouse.catalog import plan_snapshot
 
     return [task.file.file_path for task in plan_snapshot(table, snapshot_id, label)]
 
@@ -168,8 +151,8 @@ def read_snapshot(spark: SparkSession, table: Table, snapshot_id: int, label: st
     """A pinned snapshot as a Spark DataFrame (Spark reads the Parquet files pyiceberg plans)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from pipelines.catalog import snapshot_schema
-    from pipelines.schemas import arrow_schema
+    from lakehouse.catalog import snapshot_schema
+    from lakehouse.schemas import arrow_schema
 
     schema = from_arrow_schema(arrow_schema(snapshot_schema(table, snapshot_id)))
     paths = snapshot_files(table, snapshot_id, label)

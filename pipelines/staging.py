@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 from pyiceberg.table import Table
 from pyspark.sql import DataFrame
 
-from pipelines.commit import StagedFile
+from lakehouse.columns import TARGET_COLUMN
+from lakehouse.commit import StagedFile
 
-TARGET_COLUMN = "_target"
 REPORT_SCHEMA = "target string, path string, records long, counts string"
 
 
@@ -89,7 +89,7 @@ def write_partition(
     from pyiceberg.io.pyarrow import PyArrowFileIO
     from pyspark import TaskContext
 
-    from pipelines.faults import maybe_fail
+    from lakehouse.faults import maybe_fail
 
     ctx = TaskContext.get()
     part = (ctx.partitionId() if ctx else 0) if part is None else part

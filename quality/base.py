@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import ClassVar
 
-from pipelines.exceptions import FilterConfigError
+from lakehouse.errors import FilterConfigError
 
 _NO_METRICS: Mapping[str, float] = MappingProxyType({})
 

@@ -1,13 +1,12 @@
-"""A config's filters run in order over documents, counting what each keeps and drops.
+"""A config's filters run in order over documents; the first that drops one decides.
 
-As datatrove's ``BaseFilter`` counts its documents, the chain counts ``kept``,
-``dropped.<filter>`` and ``dropped.<filter>.<reason>``. A filter that raises does not stop the
-run: the document is dropped with reason ``filter-error:<filter>`` and the error as detail.
+A filter that raises does not stop the run: the document is dropped with reason
+``filter-error:<filter>`` and the error as detail. The job counts the outcomes from the rows it
+writes (``dropped.<filter>.<reason>`` in the snapshot summary), so the chain keeps no counts.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
 from quality.base import Doc, FilterResult, QualityFilter
@@ -35,7 +34,6 @@ class FilterChain:
 
     def __init__(self, config: FilterConfig) -> None:
         self.config = config
-        self.counts: Counter[str] = Counter()
         self._by_lang: dict[str | None, tuple[QualityFilter, ...]] = {}
         self._instances: dict[tuple[str, object], QualityFilter] = {}
 
@@ -62,22 +60,12 @@ class FilterChain:
                 result: FilterResult = flt.filter(doc)
             except Exception as exc:  # one bad document must not stop the job: quarantine it
                 reason = f"{ERROR_PREFIX}{flt.name}"
-                self._count(flt.name, reason)
                 return Outcome(False, flt.name, reason, f"{type(exc).__name__}: {exc}"[:1000])
             if not result.keep:
                 reason = result.reason or flt.name
-                self._count(flt.name, reason)
                 metrics = dict(result.metrics)
                 return Outcome(False, flt.name, reason, format_metrics(metrics), metrics)
-        self.counts["kept"] += 1
         return KEPT
-
-    def _count(self, name: str, reason: str) -> None:
-        self.counts[f"dropped.{name}"] += 1
-        self.counts[f"dropped.{name}.{reason}"] += 1
-
-    def stats(self) -> dict[str, int]:
-        return dict(self.counts)
 
 
 def format_metrics(metrics: dict[str, float]) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 
-from pipelines.exceptions import FilterConfigError
+from lakehouse.errors import FilterConfigError
 
 # Tokenizer classes that need nothing beyond installed packages.
 _OFFLINE = ("SpaCyTokenizer", "WhitespaceTokenizer")

@@ -1,6 +1,6 @@
 """The Ray Data streaming loader: planning, reading, tokenizing, packing, mixing, state.
 
-``from streaming_loader import StreamingLoader`` (DESIGN.md, "The loader contract"). The class is
+``from streaming_loader import StreamingLoader`` (docs/architecture.md, "The stream"). The class is
 imported on first use, so the ``factory`` commands that only need the tokenizer do not load torch.
 """
 

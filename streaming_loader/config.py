@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipelines.exceptions import LoaderConfigError
+from lakehouse.errors import LoaderConfigError
 from streaming_loader.plan import SPLITS
 
 BACKENDS = ("ray", "local")
@@ -89,10 +89,6 @@ class LoaderConfig:
         return max(
             d for d in range(1, min(DEFAULT_MAX_SHARDS, self.global_batch_size) + 1) if self.global_batch_size % d == 0
         )
-
-    @property
-    def local_batch_size(self) -> int:
-        return self.global_batch_size // self.dp_world
 
     @property
     def rank_shards(self) -> range:

@@ -1,6 +1,6 @@
 """``StreamingLoader``: this rank's share of a deterministic, resumable, mixed global stream.
 
-How the global stream is defined (DESIGN.md, "The loader contract"):
+How the global stream is defined (docs/architecture.md, "The stream"):
 
 - The stream has S logical shards (``num_shards``, fixed for a run, recorded in the state).
   Each is its own deterministic sub-stream over its own slice of every component
@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from mixtures.files import missing_files
+from lakehouse.errors import DataFileError, LoaderConfigError
+from lakehouse.parquet import missing_files
 from mixtures.manifest import Manifest
-from pipelines.exceptions import DataFileError, LoaderConfigError
 from streaming_loader.config import LoaderConfig
 from streaming_loader.metrics import LoaderMetrics
 from streaming_loader.mix import MixSchedule, deal
@@ -148,14 +148,6 @@ class StreamingLoader:
         self._close_streams()
         self._backend.reset()
         self._batch, self._deficits, self._cursors = batch, deficits, cursors
-
-    @property
-    def batch_index(self) -> int:
-        """Index of the next global batch."""
-        return self._batch
-
-    def stats(self) -> dict[str, object]:
-        return self.metrics.as_dict()
 
     # --- lifecycle --------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipelines.exceptions import LoaderConfigError, LoaderStateError
+from lakehouse.errors import LoaderConfigError, LoaderStateError
 from streaming_loader.plan import StreamPlan
 from streaming_loader.state import Cursor
 from streaming_loader.units import UnitTokens

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from lakehouse.errors import LoaderConfigError
 from mixtures.manifest import ComponentManifest, Manifest
-from pipelines.exceptions import LoaderConfigError
 from streaming_loader import seeds
 
 SPLITS = ("train", "heldout")

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pipelines.exceptions import FactoryError, StreamError
+from lakehouse.errors import FactoryError, StreamError
 from streaming_loader.plan import StreamPlan, Unit
 from streaming_loader.tokenize import TokenizerSpec
 from streaming_loader.units import UnitTokens, empty_like, tokenize_unit
@@ -308,10 +308,10 @@ def _to_unit(plan: StreamPlan, unit: Unit, table: pa.Table, n: int) -> UnitToken
 
 def _reraise(error: str) -> FactoryError:
     """The FactoryError a reader task reported, as its own class."""
-    import pipelines.exceptions
+    import lakehouse.errors
 
     name, _, message = error.partition(":")
-    cls = getattr(pipelines.exceptions, name, FactoryError)
+    cls = getattr(lakehouse.errors, name, FactoryError)
     return cls(message) if isinstance(cls, type) and issubclass(cls, FactoryError) else FactoryError(message)
 
 

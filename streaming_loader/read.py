@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from mixtures.files import open_parquet
+from lakehouse.errors import DataFileError
+from lakehouse.parquet import open_parquet
 from mixtures.heldout import heldout_mask
-from pipelines.exceptions import DataFileError
 from streaming_loader.plan import ComponentPlan, Segment, StreamPlan, Unit
 
 READ_BATCH_ROWS = 4096
@@ -53,7 +53,7 @@ def _read_segment(component: ComponentPlan, segment: Segment) -> pa.Table:
     first = int(np.searchsorted(starts, segment.start, side="right") - 1)
     last = int(np.searchsorted(starts, segment.stop - 1, side="right") - 1)
     skip, want = segment.start - int(starts[first]), segment.stop - segment.start
-    columns = _columns(component)
+    columns = _columns_to_read(component)
     parquet = open_parquet(path, component.label)
     batches, seen = [], 0
     try:
@@ -72,7 +72,7 @@ def _read_segment(component: ComponentPlan, segment: Segment) -> pa.Table:
     return pa.Table.from_batches(batches).slice(0, want)
 
 
-def _columns(component: ComponentPlan) -> list[str]:
+def _columns_to_read(component: ComponentPlan) -> list[str]:
     columns = ["doc_id", "text"]
     if component.filter:
         # Imported here: pyiceberg's expressions take ~0.6 s to import, which a reader of a

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.exceptions import LoaderStateError
+from lakehouse.errors import LoaderStateError
 
 FORMAT = "factory-loader-state/1"
 # What must match between a state and the loader that loads it: the stream's definition.

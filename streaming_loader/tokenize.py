@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.exceptions import TokenizerError
+from lakehouse.errors import TokenizerError
 
 # Where our trainer records how a tokenizer was made. tokenizers refuses unknown top-level keys
 # in tokenizer.json but ignores them inside the model, so the record lives there.

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 from pyiceberg.catalog import Catalog
 
-from mixtures.files import open_parquet
-from pipelines.catalog import plan_snapshot, resolve, snapshot_schema
-from pipelines.exceptions import InputError
-from pipelines.refs import PinnedRef
-from pipelines.schemas import require_columns
-from pipelines.version import code_version
+from lakehouse.catalog import plan_snapshot, resolve, snapshot_schema
+from lakehouse.errors import InputError
+from lakehouse.parquet import open_parquet
+from lakehouse.refs import PinnedRef
+from lakehouse.schemas import require_columns
+from lakehouse.version import code_version
 from streaming_loader.tokenize import METADATA_KEY
 
 log = logging.getLogger("factory.tokenizer")

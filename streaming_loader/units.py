@@ -28,10 +28,6 @@ class UnitTokens:
     def n_docs(self) -> int:
         return len(self.positions)
 
-    @property
-    def n_tokens(self) -> int:
-        return int(self.offsets[-1])
-
 
 def tokenize_unit(plan: StreamPlan, tokenizer: TokenizerSpec, unit: Unit) -> UnitTokens:
     """Read ``unit``'s documents and tokenize them (the whole of a reader task's work)."""

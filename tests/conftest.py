@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.catalog import embedded_catalog_properties
+from lakehouse.catalog import embedded_catalog_properties
 from tests.postgres import PostgresServer, find_postgres_bin
 
 REPO = Path(__file__).resolve().parent.parent
@@ -17,6 +17,16 @@ REPO = Path(__file__).resolve().parent.parent
 # Every Spark the tests start, in process or in a subprocess, is local[2] without a UI.
 os.environ.setdefault("FACTORY_SPARK_MASTER", "local[2]")
 os.environ.setdefault("FACTORY_SPARK_DRIVER_MEMORY", "2g")
+
+# A test that uses one of these, directly or through another fixture, starts an engine (a JVM,
+# a Ray cluster, a database server): it is marked `engine` and left out of `make test-fast`.
+ENGINE_FIXTURES = {"spark", "ray_cluster", "postgres"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.engine)
 
 
 @pytest.fixture(scope="session")
@@ -39,7 +49,7 @@ def factory_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def catalog(factory_home: Path):
-    from pipelines.catalog import load_catalog
+    from lakehouse.catalog import load_catalog
 
     return load_catalog()
 
@@ -68,7 +78,7 @@ def postgres():
 def run_factory(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
     """Run the ``factory`` command line in a fresh process, as a user would."""
     return subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", *args],
+        [sys.executable, "-m", "factory_cli.main", *args],
         cwd=REPO,
         env={**os.environ, **(env or {})},
         capture_output=True,

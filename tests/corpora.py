@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from pipelines.catalog import ensure_table
-from pipelines.schemas import DOCUMENT_SCHEMA, arrow_schema
+from lakehouse.catalog import ensure_table
+from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
 
 WORDS = (
     "the data engine streams pinned snapshots into training and every checkpoint knows its lineage "

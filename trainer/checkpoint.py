@@ -1,4 +1,4 @@
-"""Checkpoints: ``<run_dir>/checkpoints/step-<N>/`` (DESIGN.md, "Checkpoints").
+"""Checkpoints: ``<run_dir>/checkpoints/step-<N>/`` (docs/architecture.md, "Checkpoints").
 
 Each holds a torch.distributed.checkpoint (DCP) of the model and optimizer, sharded as trained
 and reshardable to another number of ranks; per rank a JSON file (step, scheduler, loader
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shutil
 import warnings
@@ -28,6 +27,7 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from lakehouse.local_files import write_atomically
 from trainer.parallel import World, barrier
 
 COMPLETE = "COMPLETE"
@@ -142,7 +142,4 @@ def _single_process_quiet() -> Iterator[None]:
 
 
 def _write_json(path: Path, value: dict) -> None:
-    """Write then rename, so a reader never sees half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(value, indent=2, sort_keys=True))

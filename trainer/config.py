@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pipelines.exceptions import ConfigError
+from lakehouse.config_keys import refuse_unknown_keys
+from lakehouse.errors import ConfigError
 
 
 def _check(ok: bool, message: str) -> None:
@@ -206,11 +207,7 @@ def load_config(path: str | Path | None, overrides: list[str] = (), raw: dict | 
         cls = _SECTION_TYPES.get(section)
         _check(cls is not None, f"unknown config section [{section}]; known: {', '.join(_SECTION_TYPES)}")
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(values) - known
-        _check(
-            not unknown,
-            f"unknown key(s) in [{section}]: {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}",
-        )
+        refuse_unknown_keys(values, known, f"[{section}]")
         sections[section] = cls(**values)
     _check("data" in sections, "the config needs a [data] section with manifest and tokenizer")
     return Config(**sections)

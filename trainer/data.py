@@ -6,8 +6,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipelines.catalog import EMBEDDED_CATALOG_NAME
-from pipelines.catalog import load_catalog as load_named_catalog
+from lakehouse.catalog import EMBEDDED_CATALOG_NAME
+from lakehouse.catalog import load_catalog as load_named_catalog
 from trainer.config import Config
 from trainer.lineage import pipeline_runs
 from trainer.parallel import World

@@ -7,7 +7,6 @@ the chain; ingest's inputs (file URIs) are the leaves.
 
 from __future__ import annotations
 
-import argparse
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,9 +15,9 @@ from typing import Any
 from pyiceberg.catalog import Catalog
 from pyiceberg.table.snapshots import Operation, ancestors_of
 
-from pipelines.commit import snapshot_stats, summary_properties
-from pipelines.exceptions import InputError
-from pipelines.refs import parse_identifier
+from lakehouse.commit import snapshot_stats, summary_properties
+from lakehouse.errors import InputError
+from lakehouse.refs import parse_identifier
 
 # Operations after which older snapshots no longer contribute rows to the table's content.
 _REPLACING = {Operation.OVERWRITE, Operation.REPLACE, Operation.DELETE}
@@ -118,14 +117,3 @@ def read_lineage(path: str | Path) -> dict[str, Any]:
     if not (path / COMPLETE).is_file():
         raise InputError(f"{path} is an incomplete checkpoint (no {COMPLETE} marker): a save was interrupted")
     return json.loads((path / "lineage.json").read_text())
-
-
-def add_arguments(parser: argparse.ArgumentParser, _name: str = "lineage") -> None:
-    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="a checkpoints/step-N folder, or a run folder")
-    parser.add_argument("--json", action="store_true", help="print the whole lineage as JSON")
-
-
-def run(args: argparse.Namespace) -> int:
-    lineage = read_lineage(args.checkpoint)
-    print(json.dumps(lineage, indent=2, sort_keys=True) if args.json else format_lineage(lineage))
-    return 0

@@ -8,6 +8,7 @@ of ranks. Without torchrun it runs as one plain, unsharded process.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -19,9 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipelines.exceptions import FactoryError
-from pipelines.faults import maybe_fail
-from pipelines.version import code_version
+from lakehouse.errors import FactoryError
+from lakehouse.faults import maybe_fail
+from lakehouse.version import code_version
+from streaming_loader.loader import IGNORE_INDEX, StreamingLoader
 from trainer import checkpoint
 from trainer.config import Config, load_config
 from trainer.data import build_eval_loader, build_loader, lineage_base, merge_loader_states
@@ -29,8 +31,6 @@ from trainer.metrics import MetricsLog
 from trainer.model import Transformer
 from trainer.parallel import World, all_reduce_sum, apply_compile, apply_fsdp, compute_dtype, init_world, shutdown
 from trainer.schedule import warmup_cosine
-
-IGNORE = -100
 
 
 def build_model(cfg: Config, world: World) -> nn.Module:
@@ -52,8 +52,10 @@ def token_losses(model: nn.Module, batch: dict[str, torch.Tensor], dtype: torch.
     position_ids = batch.get("position_ids")
     with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
         logits = model(input_ids, None if position_ids is None else position_ids.to(device))
-    loss_sum = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum")
-    return loss_sum, (labels != IGNORE).sum()
+    loss_sum = F.cross_entropy(
+        logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+    )
+    return loss_sum, (labels != IGNORE_INDEX).sum()
 
 
 def train_step(model: nn.Module, batch: dict[str, torch.Tensor], cfg: Config, world: World) -> float:
@@ -65,7 +67,7 @@ def train_step(model: nn.Module, batch: dict[str, torch.Tensor], cfg: Config, wo
     dtype = compute_dtype(cfg.train.dtype, world.device)
     rows = batch["input_ids"].shape[0]
     micro = cfg.train.micro_batch_size or rows
-    tokens = all_reduce_sum((batch["labels"] != IGNORE).sum().to(world.device), world)
+    tokens = all_reduce_sum((batch["labels"] != IGNORE_INDEX).sum().to(world.device), world)
     total = torch.zeros((), device=world.device)
     chunks = list(range(0, rows, micro))
     for i, start in enumerate(chunks):
@@ -104,10 +106,12 @@ def evaluate(model: nn.Module, cfg: Config, world: World) -> dict[str, dict[str,
                 logits = model(
                     batch["input_ids"].to(world.device), None if position_ids is None else position_ids.to(world.device)
                 )
-            losses = F.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=IGNORE, reduction="none")
+            losses = F.cross_entropy(
+                logits.float().transpose(1, 2), labels, ignore_index=IGNORE_INDEX, reduction="none"
+            )
             rows = batch["components"].to(world.device)
             sums.index_add_(0, rows, losses.sum(dim=1).double())
-            counts.index_add_(0, rows, (labels != IGNORE).sum(dim=1).double())
+            counts.index_add_(0, rows, (labels != IGNORE_INDEX).sum(dim=1).double())
     finally:
         loader.close()
     all_reduce_sum(sums, world)
@@ -123,8 +127,17 @@ def evaluate(model: nn.Module, cfg: Config, world: World) -> dict[str, dict[str,
 
 def train(cfg: Config, world: World, resume: bool = False) -> list[float]:
     """Run (or continue) training; returns the losses of the steps this call ran."""
-    run_dir = Path(cfg.run.dir)
     loader, vocab_size = build_loader(cfg, world)
+    # Both are closed however the run ends (the `with` is their `finally`): an error or Ctrl-C
+    # mid-run must not leave Ray pipelines running or the metrics file open.
+    with loader, contextlib.closing(MetricsLog(Path(cfg.run.dir), world.is_main, cfg.train.steps)) as metrics:
+        return _train(cfg, world, resume, loader, vocab_size, metrics)
+
+
+def _train(
+    cfg: Config, world: World, resume: bool, loader: StreamingLoader, vocab_size: int, metrics: MetricsLog
+) -> list[float]:
+    run_dir = Path(cfg.run.dir)
     if not cfg.model.vocab_size:
         cfg.model.vocab_size = vocab_size
     model = build_model(cfg, world)
@@ -142,7 +155,6 @@ def train(cfg: Config, world: World, resume: bool = False) -> list[float]:
     elif resume and world.is_main:
         print(f"no complete checkpoint under {run_dir / 'checkpoints'}; starting from step 0", file=sys.stderr)
 
-    metrics = MetricsLog(run_dir, world.is_main, cfg.train.steps)
     lineage = lineage_base(cfg, loader) if world.is_main else {}
     if world.is_main:
         (run_dir / "config.resolved.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=list))
@@ -183,8 +195,6 @@ def train(cfg: Config, world: World, resume: bool = False) -> list[float]:
             state = loader.state_dict()
             record = lineage_record(lineage, run_dir, step, state, cfg) if world.is_main else {}
             checkpoint.save(run_dir, step, model, optimizer, scheduler, state, record, world, cfg.checkpoint.keep)
-    metrics.close()
-    loader.close()
     return losses
 
 

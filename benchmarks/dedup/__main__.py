@@ -1,6 +1,6 @@
 """Our dedup job vs datatrove's MinHash pipeline: same corpus, same cores, one run.
 
-    .venv/bin/python -m benchmarks.dedup --mb 200     # the README figures
+    .venv/bin/python -m benchmarks.dedup --mb 200     # the figures in docs/benchmarks.md
     .venv/bin/python -m benchmarks.dedup --mb 20      # a quick look
 
 Both run as fresh processes on ``--cores`` cores (ours: ``factory dedup`` on Spark
@@ -59,7 +59,7 @@ def _run_ours(args: argparse.Namespace, corpus, home: Path, stamp: str) -> dict:
     _ingest_once(corpus.folder, home, env)
     output = f"bench.dedup_{stamp}"
     seconds = _timed(
-        [sys.executable, "-m", "pipelines.cli", "dedup", "--input", "bench.code", "--output", output,
+        [sys.executable, "-m", "factory_cli.main", "dedup", "--input", "bench.code", "--output", output,
          "--threshold", str(args.threshold), "--run-id", f"bench-{stamp}"],
         env,
     )  # fmt: skip
@@ -108,7 +108,7 @@ def _ingest_once(folder: Path, home: Path, env: dict[str, str]) -> None:
     marker = home / "ingested"
     if marker.exists():
         return
-    command = [sys.executable, "-m", "pipelines.cli", "ingest", "--source", "code", "--format", "jsonl", str(folder),
+    command = [sys.executable, "-m", "factory_cli.main", "ingest", "--source", "code", "--format", "jsonl", str(folder),
                "--output", "bench.code", "--id-field", "id", "--path-field", "id", "--run-id", "bench-corpus", "-q"]  # fmt: skip
     subprocess.run(command, cwd=REPO, env={**os.environ, **env}, check=True)
     marker.write_text("bench.code\n")
@@ -124,7 +124,7 @@ def _timed(command: list[str], env: dict[str, str]) -> float:
 def _our_clusters(home: Path, output: str) -> dict[str, str]:
     """Corpus id → cluster id, from the clusters table (doc_ids map back through ingest's rule)."""
     os.environ["FACTORY_HOME"] = str(home)
-    from pipelines.catalog import load_catalog
+    from lakehouse.catalog import load_catalog
 
     catalog = load_catalog()
     clusters = catalog.load_table(("bench", f"{output.split('.')[1]}_clusters")).scan().to_arrow()

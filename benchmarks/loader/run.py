@@ -64,8 +64,8 @@ def write_table(catalog, name: str, texts: list[tuple[str, str]], megabytes: int
     """A document table of ``megabytes`` of source (the library repeated under new ids if needed)."""
     import pyarrow as pa
 
-    from pipelines.catalog import ensure_table
-    from pipelines.schemas import DOCUMENT_SCHEMA, arrow_schema
+    from lakehouse.catalog import ensure_table
+    from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
 
     table = ensure_table(catalog, ("bench", name), DOCUMENT_SCHEMA)
     rows, size, copy = [], 0, 0
@@ -91,9 +91,9 @@ def write_table(catalog, name: str, texts: list[tuple[str, str]], megabytes: int
 def prepare(home: Path, small_mb: int, large_mb: int, vocab: int) -> dict:
     from pyiceberg.catalog import load_catalog
 
+    from lakehouse.catalog import embedded_catalog_properties
     from mixtures.pin import pin
     from mixtures.spec import spec_from_dict
-    from pipelines.catalog import embedded_catalog_properties
     from streaming_loader.tokenizer_train import train_tokenizer
 
     (home / "warehouse").mkdir(parents=True, exist_ok=True)

@@ -81,8 +81,8 @@ def write_inputs(catalog, docs: list[dict], kind: str, folder: Path, table: str 
     """The same records as an Iceberg table (ours) and as JSONL shards (datatrove)."""
     import pyarrow as pa
 
-    from pipelines.catalog import ensure_table
-    from pipelines.schemas import DOCUMENT_SCHEMA, arrow_schema
+    from lakehouse.catalog import ensure_table
+    from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
 
     rows = [{**{k: d[k] for k in ("text", "source", "lang", "path", "n_bytes")}, "doc_id": d["id"]} for d in docs]
     ensure_table(catalog, (table, kind), DOCUMENT_SCHEMA).append(
@@ -193,7 +193,7 @@ def main() -> int:
     import logging
 
     logging.basicConfig(level=logging.WARNING)
-    from pipelines.catalog import load_catalog
+    from lakehouse.catalog import load_catalog
     from pipelines.read_units import MIN_UNIT_BYTES
     from pipelines.spark_session import get_spark
 

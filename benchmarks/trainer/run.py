@@ -46,7 +46,7 @@ def main() -> int:
 
     run_dir = Path(tempfile.mkdtemp(prefix="bench-train-"))
     overrides = [f"run.dir='{run_dir}'", f"train.steps={args.steps}", "checkpoint.every=0", "eval.every=0", *args.set]
-    command = [sys.executable, "-m", "pipelines.cli", "train", "--config", args.config, "--nproc", str(args.nproc)]
+    command = [sys.executable, "-m", "factory_cli.main", "train", "--config", args.config, "--nproc", str(args.nproc)]
     for override in overrides:
         command += ["--set", override]
     if subprocess.run(command).returncode != 0:

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from lakehouse.errors import ManifestError, MixtureSpecError, RefNotFoundError
 from mixtures.manifest import Manifest
 from mixtures.pin import pin
 from mixtures.spec import spec_from_dict
-from pipelines.exceptions import ManifestError, MixtureSpecError, RefNotFoundError
 from tests.conftest import run_factory
 from tests.corpora import make_table, write_spec
 

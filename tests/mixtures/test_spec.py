@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from lakehouse.errors import MixtureSpecError
 from mixtures.spec import load_spec, spec_from_dict
-from pipelines.exceptions import MixtureSpecError
 from tests.corpora import write_spec
 
 CODE = {"name": "code", "table": "raw.code", "weight": 3}

@@ -9,10 +9,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.catalog import ensure_table
-from pipelines.commit import Run, StagedFile, commit_files
+from lakehouse.catalog import ensure_table
+from lakehouse.commit import Run, StagedFile, commit_files
+from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
 from pipelines.ingest_records import doc_id_for
-from pipelines.schemas import DOCUMENT_SCHEMA, arrow_schema
 
 
 @dataclass

@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.commit import snapshot_stats
+from lakehouse.commit import snapshot_stats
+from lakehouse.errors import InputError
 from pipelines.dedup import BUCKET_ANCHORS, DedupOptions, dedup
 from pipelines.dedup_stages import DedupConfig
-from pipelines.exceptions import InputError
 from pipelines.shingles import shingle
 from pipelines.similarity import agreement, exact_clusters, pair_jaccard
 from tests.conftest import run_factory

@@ -13,12 +13,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.catalog import ensure_table
-from pipelines.commit import snapshot_stats
-from pipelines.exceptions import PublishRefusedError, ValidationFailedError
+from lakehouse.catalog import ensure_table
+from lakehouse.commit import snapshot_stats
+from lakehouse.errors import PublishRefusedError, ValidationFailedError
+from lakehouse.publish import head
+from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
 from pipelines.filter import FilterOptions, filter_documents
-from pipelines.publish import head
-from pipelines.schemas import DOCUMENT_SCHEMA, arrow_schema
 from quality.config import load_config
 from tests.conftest import REPO, run_factory
 from tests.documents import prose
@@ -194,10 +194,9 @@ def test_spark_submit_gives_the_same_output_on_one_core(spark, catalog, config_f
     assert q1 == _layout(catalog, ("local2", "quarantine"), drop=("run_id",))
 
 
-def test_the_executor_module_routes_rows_as_staging_expects():
-    # quality.batches must not import the driver's staging module (too slow for executors),
-    # so it names the routing column itself.
-    from pipelines.staging import TARGET_COLUMN
-    from quality.batches import TARGET_FIELD
-
-    assert TARGET_FIELD == TARGET_COLUMN
+def test_the_filter_task_module_imports_no_pyiceberg():
+    # Each Spark Python worker of the filter job imports quality.filter_task: pyiceberg (and
+    # the driver's code) would add seconds to every worker's start.
+    code = "import sys, quality.filter_task; print(sorted(m for m in sys.modules if m.split('.')[0] in {'pyiceberg', 'pyspark', 'pipelines'}))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from pipelines.exceptions import InputError
+from lakehouse.errors import InputError
 from pipelines.ingest_inputs import InputFile, discover, encode_group, plan_tasks, read_records
 from pipelines.ingest_records import RecordConfig
 

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from pipelines.commit import snapshot_stats
+from lakehouse.commit import snapshot_stats
 from pipelines.ingest import IngestOptions, ingest
 from pipelines.ingest_records import RecordConfig, doc_id_for
 from tests.conftest import run_factory

@@ -5,7 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from pipelines.exceptions import InputError
+from lakehouse.errors import InputError
+from lakehouse.schemas import QUARANTINE_RECORD_BYTES
 from pipelines.ingest_records import (
     RecordConfig,
     doc_id_for,
@@ -14,7 +15,6 @@ from pipelines.ingest_records import (
     lang_from_path,
     mapping_records,
 )
-from pipelines.schemas import QUARANTINE_RECORD_BYTES
 
 CFG = RecordConfig(source="web", id_field="id", max_doc_bytes=100)
 

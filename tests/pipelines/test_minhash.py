@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from scipy.integrate import quad
 
-from pipelines.exceptions import InputError
+from lakehouse.errors import InputError
 from pipelines.minhash import MinHashConfig, band_hashes, estimated_similarity, optimal_bands, signatures
 from pipelines.shingles import ShingleConfig, Shingled, shingle
 

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 
 from pipelines import read_units
 from pipelines.read_units import ReadUnit, plan_units, read_unit
-from quality.batches import with_quarantine_columns
+from quality.filter_task import with_quarantine_columns
 
 SCHEMA = pa.schema([("doc_id", pa.string()), ("text", pa.string()), ("lang", pa.string())])
 

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 import regex
 
+from lakehouse.errors import InputError
 from pipelines import shingles
-from pipelines.exceptions import InputError
 from pipelines.shingles import ShingleConfig, normalise, shingle
 
 TEXTS = [

@@ -8,51 +8,51 @@ import threading
 import pyarrow as pa
 import pytest
 
-from pipelines import spark_classes, spark_session
-from pipelines.exceptions import InputError
+from lakehouse.errors import InputError
+from pipelines import jvm_options, spark_session
 
 
 def test_the_class_archive_is_used_when_it_exists(tmp_path, monkeypatch):
     archive = tmp_path / "spark-classes.jsa"
     monkeypatch.setenv("FACTORY_SPARK_CLASSES", str(archive))
-    assert spark_classes.java_options() == ""  # not built: the JVM starts as usual
+    assert jvm_options.java_options() == ""  # not built: the JVM starts as usual
     archive.write_bytes(b"archive")
-    assert f"-XX:SharedArchiveFile={archive}" in spark_classes.java_options()
+    assert f"-XX:SharedArchiveFile={archive}" in jvm_options.java_options()
     monkeypatch.setenv("FACTORY_SPARK_CLASSES", "off")
-    assert spark_classes.java_options() == ""
-    assert spark_classes.archive_path() is None
+    assert jvm_options.java_options() == ""
+    assert jvm_options.archive_path() is None
 
 
 def test_building_the_archive_makes_the_jvm_dump_its_classes(tmp_path, monkeypatch):
     dump = tmp_path / "out.jsa.partial"
     monkeypatch.setenv("FACTORY_SPARK_DUMP_CLASSES", str(dump))
-    options = spark_classes.java_options()
+    options = jvm_options.java_options()
     assert f"-XX:ArchiveClassesAtExit={dump}" in options
     assert "SharedArchiveFile" not in options  # a JVM dumping an archive must not map one
 
 
 def test_the_test_session_maps_the_archive_make_built(spark):
     """`make test` builds the archive first: the session's JVM was started with it."""
-    options = spark_classes.java_options()
+    options = jvm_options.java_options()
     if not options:
-        pytest.skip(f"no class archive at {spark_classes.archive_path()} (run `make install`)")
+        pytest.skip(f"no class archive at {jvm_options.archive_path()} (run `make install`)")
     runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     arguments = list(runtime.getInputArguments())
-    assert f"-XX:SharedArchiveFile={spark_classes.archive_path()}" in arguments
+    assert f"-XX:SharedArchiveFile={jvm_options.archive_path()}" in arguments
 
 
 def test_in_process_sessions_compile_with_c1_only_unless_told(monkeypatch):
     monkeypatch.delenv("FACTORY_SPARK_JIT", raising=False)
-    assert spark_session.jit_options() == "-XX:TieredStopAtLevel=1"
+    assert jvm_options.jit_options() == "-XX:TieredStopAtLevel=1"
     monkeypatch.setenv("FACTORY_SPARK_JIT", "full")
-    assert spark_session.jit_options() == ""  # the JVM's default tiered compilation
+    assert jvm_options.jit_options() == ""  # the JVM's default tiered compilation
     monkeypatch.setenv("FACTORY_SPARK_JIT", "fastest")
     with pytest.raises(InputError, match="FACTORY_SPARK_JIT must be one of quick, full"):
-        spark_session.jit_options()
+        jvm_options.jit_options()
 
 
 def test_the_test_session_jvm_stops_at_c1(spark):
-    if not spark_session.jit_options():
+    if not jvm_options.jit_options():
         pytest.skip("FACTORY_SPARK_JIT=full: the JVM compiles as it does by default")
     jvm = spark.sparkContext._jvm
     assert "-XX:TieredStopAtLevel=1" in list(

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from pipelines.exceptions import FilterConfigError
+from lakehouse.errors import FilterConfigError
 from quality.base import Doc
 from quality.code_filters import (
     AlphabeticFraction,

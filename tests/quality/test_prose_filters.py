@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.exceptions import FilterConfigError
+from lakehouse.errors import FilterConfigError
 from quality.base import Doc
 from quality.prose_filters import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
 from quality.tokenizer import offline_word_tokenizer

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from lakehouse.catalog import embedded_catalog_properties
 from mixtures.pin import pin
 from mixtures.spec import spec_from_dict
-from pipelines.catalog import embedded_catalog_properties
 from streaming_loader.tokenizer_train import train_tokenizer
 from tests.corpora import make_table
 

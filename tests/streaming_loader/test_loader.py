@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from lakehouse.errors import DataFileError, LoaderConfigError, LoaderStateError
 from mixtures.heldout import heldout_mask
 from mixtures.manifest import Manifest
-from pipelines.exceptions import DataFileError, LoaderConfigError, LoaderStateError
 from streaming_loader import StreamingLoader, merge_states
 from streaming_loader.loader import IGNORE_INDEX
 from streaming_loader.tokenize import load_tokenizer_spec
@@ -222,7 +222,7 @@ def test_metrics_count_tokens_per_component(mixture):
     before = REGISTRY.get_sample_value("factory_loader_tokens_total", {"component": "code"}) or 0
     with loader(mixture) as source:
         take(source, 10)
-        stats = source.stats()
+        stats = source.metrics.as_dict()
         summary = source.metrics.summary()
     assert stats["batches"] == 10 and sum(stats["sequences"].values()) == 80
     assert (

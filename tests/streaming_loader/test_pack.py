@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from pipelines.exceptions import LoaderConfigError
+from lakehouse.errors import LoaderConfigError
 from streaming_loader.pack import SubStream
 from streaming_loader.state import Cursor
 from streaming_loader.units import UnitTokens

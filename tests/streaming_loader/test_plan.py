@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from pipelines.exceptions import LoaderConfigError
+from lakehouse.errors import LoaderConfigError
 from streaming_loader.plan import ComponentPlan, StreamPlan
 
 

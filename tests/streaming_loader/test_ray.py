@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from lakehouse.errors import DataFileError, StreamError
 from mixtures.pin import pin
 from mixtures.spec import spec_from_dict
-from pipelines.exceptions import DataFileError, StreamError
 from streaming_loader import StreamingLoader
 from tests.corpora import make_table
 from tests.streaming_loader.conftest import SMALL

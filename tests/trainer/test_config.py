@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.exceptions import ConfigError
+from lakehouse.errors import ConfigError
 from trainer.config import load_config, parse_override
 from trainer.schedule import warmup_cosine
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pipelines.catalog import ensure_table
-from pipelines.commit import Run, commit_files
-from pipelines.refs import PinnedRef
-from pipelines.schemas import DOCUMENT_SCHEMA
+from lakehouse.catalog import ensure_table
+from lakehouse.commit import Run, commit_files
+from lakehouse.refs import PinnedRef
+from lakehouse.schemas import DOCUMENT_SCHEMA
 from trainer.lineage import format_lineage, pipeline_runs
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from trainer.config import ModelConfig
@@ -55,6 +56,7 @@ def test_1b_preset_is_about_a_billion_parameters():
     assert 0.9e9 < model.num_params() < 1.3e9
 
 
+@pytest.mark.slow  # torch.compile takes ~20 s on 2 cores
 def test_compiled_blocks_give_the_eager_logits_and_gradients():
     from torch._dynamo.utils import counters
 

@@ -34,9 +34,9 @@ def _jsonl(path: Path, texts: list[str]) -> None:
 def setup(spark, tmp_path_factory) -> TrainSetup:
     from pyiceberg.catalog import load_catalog
 
+    from lakehouse.catalog import embedded_catalog_properties
     from mixtures.pin import pin
     from mixtures.spec import spec_from_dict
-    from pipelines.catalog import embedded_catalog_properties
     from pipelines.ingest import IngestOptions, ingest
     from pipelines.ingest_records import RecordConfig
     from streaming_loader.tokenizer_train import train_tokenizer

@@ -25,8 +25,8 @@ from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask, Table
 
-from pipelines.exceptions import CatalogConfigError, TableNotFoundError, UnsupportedSnapshotError
-from pipelines.refs import PinnedRef, TableRef, format_identifier, resolve_snapshot_id
+from lakehouse.errors import CatalogConfigError, TableNotFoundError, UnsupportedSnapshotError
+from lakehouse.refs import PinnedRef, TableRef, format_identifier, resolve_snapshot_id
 
 EMBEDDED_CATALOG_NAME = "factory"
 
@@ -130,3 +130,13 @@ def plan_snapshot(
                 "rewrite the table without deletes (e.g. a compaction) and pin the new snapshot"
             )
     return tasks
+
+
+def list_tables(catalog: Catalog) -> list[tuple[str, ...]]:
+    """Every table in every namespace (nested namespaces included), sorted."""
+    found, pending = [], list(catalog.list_namespaces())
+    while pending:
+        namespace = pending.pop()
+        found.extend(catalog.list_tables(namespace))
+        pending.extend(catalog.list_namespaces(namespace))
+    return sorted(tuple(t) for t in found)

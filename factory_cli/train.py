@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from pipelines.exceptions import ConfigError
+from lakehouse.errors import ConfigError
 from trainer.config import load_config
 
 

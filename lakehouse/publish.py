@@ -1,10 +1,10 @@
-"""Write-audit-publish on an Iceberg table (DESIGN.md, "Publishing a validated snapshot").
+"""Write-audit-publish on an Iceberg table (docs/architecture.md, "Write-audit-publish").
 
 A job commits its output to an audit branch that starts at main's head, validates the
 branch's snapshot, then moves main to it only if main's head is still an ancestor of it:
 main then gains exactly the audited snapshot and loses nothing another writer committed.
 
-pyiceberg's ``set_current_snapshot`` checks no ancestry (NOTES.md); the check is made here on
+pyiceberg's ``set_current_snapshot`` checks no ancestry (as of 0.12); the check is made here on
 the loaded metadata, and the ref update carries pyiceberg's ``AssertRefSnapshotId`` requirement
 for main's head as loaded, which the catalog checks atomically at commit: if main moved
 between the check and the commit, the commit fails and the check is made again on fresh
@@ -28,10 +28,10 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import ancestors_of
 from sqlalchemy.exc import OperationalError
 
-from pipelines.catalog import load_table
-from pipelines.commit import MAIN_BRANCH
-from pipelines.exceptions import CommitError, PublishRefusedError
-from pipelines.refs import format_identifier, validate_ref_name
+from lakehouse.catalog import load_table
+from lakehouse.commit import MAIN_BRANCH
+from lakehouse.errors import CommitError, FactoryError, InvalidIdentifierError, PublishRefusedError
+from lakehouse.refs import PinnedRef, format_identifier, validate_ref_name
 
 log = logging.getLogger(__name__)
 
@@ -147,3 +147,19 @@ def _retry(action, name: str, max_attempts: int = 8):
             log.warning("%s: lost a race (%s); retry %d/%d in %.1fs", name, exc, attempt, max_attempts, wait)
             time.sleep(wait)
     raise CommitError(f"{name}: gave up after {max_attempts} attempts, other writers kept changing it ({last_error})")
+
+
+def tag_snapshot(table: Table, pinned: PinnedRef, name: str, *, force: bool = False) -> None:
+    """Point tag ``name`` at the pinned snapshot (moving it only with ``force``)."""
+    validate_ref_name(name)
+    existing = table.metadata.refs.get(name)
+    if existing is not None:
+        if existing.snapshot_ref_type != "tag":
+            raise InvalidIdentifierError(f"{name!r} is a branch of {pinned.table_name}, not a tag")
+        if existing.snapshot_id == pinned.snapshot_id:
+            return
+        if not force:
+            raise FactoryError(f"tag {name!r} already names snapshot {existing.snapshot_id}; use --force to move it")
+        table.manage_snapshots().remove_tag(name).create_tag(pinned.snapshot_id, name).commit()
+        return
+    table.manage_snapshots().create_tag(pinned.snapshot_id, name).commit()

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from pipelines.exceptions import DataFileError
+from lakehouse.errors import DataFileError
 
 _LOCAL = pafs.LocalFileSystem()
 

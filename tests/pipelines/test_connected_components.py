@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 
-from pipelines.components import connected_components
+from pipelines.connected_components import connected_components
 from pipelines.similarity import components
 
 

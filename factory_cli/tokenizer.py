@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "tokenizer") -> 
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.catalog import load_catalog
+    from lakehouse.catalog import load_catalog
+    from lakehouse.local_files import write_atomically
     from streaming_loader.tokenizer_train import train_tokenizer
 
     trained = train_tokenizer(
@@ -36,9 +37,7 @@ def run(args: argparse.Namespace) -> int:
         min_frequency=args.min_frequency,
     )  # fmt: skip
     output = Path(args.output)
-    tmp = output.with_name(output.name + ".tmp")
-    tmp.write_text(trained.text, encoding="utf-8")
-    tmp.replace(output)
+    write_atomically(output, trained.text)
     sources = ", ".join(f"{i['table']}@{i['snapshot_id']}" for i in trained.inputs)
     print(f"trained on {trained.documents} documents ({trained.bytes / 1e6:.1f} MB) of {sources}")
     print(f"wrote {output} (vocabulary {args.vocab_size})")

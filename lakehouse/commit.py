@@ -1,4 +1,4 @@
-"""The commit protocol every job that writes a table follows (DESIGN.md, "The commit protocol").
+"""The commit protocol every job that writes a table follows (docs/architecture.md, "The commit protocol").
 
 1. Executors write Parquet under a staging prefix unique to this run attempt
    (``<table location>/data/runs/<run-id>/<attempt-id>/``), see ``staging.py``.
@@ -28,11 +28,11 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from sqlalchemy.exc import OperationalError
 
-from pipelines.catalog import load_table
-from pipelines.exceptions import CommitError, InvalidIdentifierError
-from pipelines.faults import maybe_fail
-from pipelines.refs import format_identifier
-from pipelines.version import code_version
+from lakehouse.catalog import load_table
+from lakehouse.errors import CommitError, InvalidIdentifierError
+from lakehouse.faults import maybe_fail
+from lakehouse.refs import format_identifier
+from lakehouse.version import code_version
 
 log = logging.getLogger(__name__)
 

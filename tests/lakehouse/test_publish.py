@@ -6,10 +6,10 @@ import pyarrow as pa
 import pytest
 from pyiceberg.exceptions import CommitFailedException
 
-from pipelines.catalog import ensure_table
-from pipelines.exceptions import PublishRefusedError
-from pipelines.publish import head, is_ancestor, publish, publish_snapshot, start_branch
-from pipelines.schemas import DOCUMENT_SCHEMA, QUARANTINE_SCHEMA, QUARANTINE_SCHEMA_WITH_METRICS, arrow_schema
+from lakehouse.catalog import ensure_table
+from lakehouse.errors import PublishRefusedError
+from lakehouse.publish import head, is_ancestor, publish, publish_snapshot, start_branch
+from lakehouse.schemas import DOCUMENT_SCHEMA, QUARANTINE_SCHEMA, QUARANTINE_SCHEMA_WITH_METRICS, arrow_schema
 
 TABLE = ("out", "docs")
 

@@ -7,7 +7,7 @@ own remedy is an application class-data-sharing archive: the classes a run loade
 once (``-XX:ArchiveClassesAtExit``, Java 13+) and mapped into memory by every later JVM
 (``-XX:SharedArchiveFile``).
 
-``make install`` builds the archive (``python -m pipelines.spark_classes``) by running the
+``make`` builds the archive (``python -m factory_cli.spark_classes``) by running the
 jobs themselves (ingest, dedup, filter) on a few generated documents in a scratch lakehouse.
 ``get_spark`` uses it when it exists. The JVM checks that an archive matches its own build and
 class path and silently ignores one that does not (after pyspark or Java is upgraded, say):
@@ -26,28 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-DEFAULT_ARCHIVE = Path(sys.prefix) / "share" / "factory" / "spark-classes.jsa"
-
-
-def archive_path() -> Path | None:
-    """The archive sessions use: ``$FACTORY_SPARK_CLASSES``, else the default; None when off."""
-    setting = os.environ.get("FACTORY_SPARK_CLASSES", "")
-    if setting.lower() in ("off", "none", "0"):
-        return None
-    return Path(setting) if setting else DEFAULT_ARCHIVE
-
-
-def java_options() -> str:
-    """The driver JVM options that map the archive in ("" when there is none), or, while
-    ``build`` runs its workload (``$FACTORY_SPARK_DUMP_CLASSES``), that dump one."""
-    quiet = "-Xlog:cds=off -Xlog:cds+dynamic=off"
-    dump = os.environ.get("FACTORY_SPARK_DUMP_CLASSES")
-    if dump:
-        return f"-XX:ArchiveClassesAtExit={dump} {quiet}"
-    path = archive_path()
-    if path is None or not path.is_file():
-        return ""
-    return f"-XX:SharedArchiveFile={path} {quiet}"
+from pipelines.jvm_options import DEFAULT_ARCHIVE
 
 
 def build(path: Path) -> float:
@@ -63,7 +42,7 @@ def build(path: Path) -> float:
             "FACTORY_SPARK_CLASSES": "off",
             "FACTORY_SPARK_DUMP_CLASSES": str(partial),
         }
-        command = [sys.executable, "-m", "pipelines.spark_classes", "--workload"]
+        command = [sys.executable, "-m", "factory_cli.spark_classes", "--workload"]
         done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)
@@ -74,7 +53,7 @@ def build(path: Path) -> float:
 
 def _workload() -> None:
     """Ingest, dedup and filter a few generated documents; then let the JVM exit and dump."""
-    from pipelines.catalog import load_catalog
+    from lakehouse.catalog import load_catalog
     from pipelines.dedup import DedupOptions, dedup
     from pipelines.filter import FilterOptions, filter_documents
     from pipelines.ingest import IngestOptions, ingest
@@ -103,7 +82,7 @@ def _workload() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.spark_classes", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m factory_cli.spark_classes", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "path", nargs="?", type=Path, default=DEFAULT_ARCHIVE, help=f"where (default {DEFAULT_ARCHIVE})"
     )

@@ -33,13 +33,15 @@ from pathlib import Path
 
 from pyiceberg.catalog import Catalog
 
-from pipelines.catalog import factory_home, load_catalog, resolve
-from pipelines.exceptions import FactoryError
-from pipelines.explore import format_rows, format_tables, tag
-from pipelines.ingest import IngestOptions, format_result, ingest
+from factory_cli.ingest import format_result
+from factory_cli.tables import format_rows, format_tables
+from lakehouse.catalog import factory_home, load_catalog, resolve
+from lakehouse.errors import FactoryError
+from lakehouse.publish import tag_snapshot
+from lakehouse.refs import PinnedRef
+from pipelines.ingest import IngestOptions, ingest
 from pipelines.ingest_inputs import discover
 from pipelines.ingest_records import RecordConfig
-from pipelines.refs import PinnedRef
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,8 @@ DEDUP_STEPS = (("raw.code", "dedup.code"), ("raw.text", "dedup.text"))
 
 
 def _dedup_all(spark, catalog: Catalog) -> None:
-    from pipelines.dedup import DedupOptions, dedup, format_result
+    from factory_cli.dedup import format_result
+    from pipelines.dedup import DedupOptions, dedup
     from pipelines.dedup_stages import DedupConfig
 
     config = DedupConfig()
@@ -160,8 +163,8 @@ def _removed_examples(catalog: Catalog, source: PinnedRef, clusters: str, snapsh
 
 def _filter_all(spark, catalog: Catalog) -> None:
     """Filter dedup.* (raw.* before dedup exists), validate, publish and tag filtered.*."""
+    from factory_cli.filter import format_result as format_filter_result
     from pipelines.filter import FilterOptions, filter_documents
-    from pipelines.filter import format_result as format_filter_result
     from quality.config import load_config
 
     for kind in ("code", "text"):
@@ -177,7 +180,7 @@ def _filter_all(spark, catalog: Catalog) -> None:
         print(format_filter_result(result))
         table = catalog.load_table(("filtered", kind))
         name = _published_tag(table, result.audited_snapshot_id)
-        tag(table, PinnedRef(("filtered", kind), result.audited_snapshot_id, None), name)
+        tag_snapshot(table, PinnedRef(("filtered", kind), result.audited_snapshot_id, None), name)
         print(f"  tagged filtered.{kind}@{name}")
 
 
@@ -203,10 +206,10 @@ DEMO_WEIGHTS = {"code": 0.7, "text": 0.3}
 
 def _mix_and_stream(catalog: Catalog, batches: int = 3) -> None:
     """Train a small tokenizer, pin a two-component mixture and show the first batches' mix."""
-    from mixtures.command import format_manifest
+    from factory_cli.mix import format_manifest
+    from lakehouse.commit import record_count
     from mixtures.pin import pin
     from mixtures.spec import spec_from_dict
-    from pipelines.commit import record_count
     from streaming_loader import StreamingLoader
     from streaming_loader.tokenizer_train import train_tokenizer
 
@@ -282,7 +285,7 @@ def _train() -> None:
     command = [
         sys.executable,
         "-m",
-        "pipelines.cli",
+        "factory_cli.main",
         "train",
         "--config",
         str(DEMO_TRAIN_CONFIG),
@@ -296,7 +299,7 @@ def _train() -> None:
     if subprocess.run(command).returncode != 0:
         raise FactoryError(f"the demo's training run failed (see above); its folder is {run_dir}")
     print(f"\n· factory lineage {run_dir}")
-    subprocess.run([sys.executable, "-m", "pipelines.cli", "lineage", str(run_dir)], check=True)
+    subprocess.run([sys.executable, "-m", "factory_cli.main", "lineage", str(run_dir)], check=True)
 
 
 def _trained_on(tokenizer: Path) -> list[str]:

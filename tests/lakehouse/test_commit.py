@@ -14,10 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
 
-from pipelines.catalog import ensure_table
-from pipelines.commit import Run, StagedFile, collect_garbage, commit_files, find_run_snapshot, snapshot_stats
-from pipelines.exceptions import InvalidIdentifierError
-from pipelines.schemas import DOCUMENT_SCHEMA, arrow_schema
+from lakehouse.catalog import ensure_table
+from lakehouse.commit import Run, StagedFile, collect_garbage, commit_files, find_run_snapshot, snapshot_stats
+from lakehouse.errors import InvalidIdentifierError
+from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
 
 TABLE = ("raw", "docs")
 

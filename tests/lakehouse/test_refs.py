@@ -5,10 +5,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from pipelines.catalog import ensure_table, resolve
-from pipelines.exceptions import EmptyTableError, InvalidIdentifierError, RefNotFoundError
-from pipelines.refs import TableRef, parse_identifier, validate_ref_name
-from pipelines.schemas import DOCUMENT_SCHEMA, arrow_schema
+from lakehouse.catalog import ensure_table, resolve
+from lakehouse.errors import EmptyTableError, InvalidIdentifierError, RefNotFoundError
+from lakehouse.refs import TableRef, parse_identifier, validate_ref_name
+from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
 
 
 @pytest.mark.parametrize("text", ["raw.code", "a.b.c", "_ns.t_1", "Raw.Code2"])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from factory_cli.text import format_columns
 from mixtures.manifest import Manifest
-from pipelines.explore import _columns
 
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "mix") -> None:
@@ -24,9 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "mix") -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lakehouse.catalog import load_catalog
     from mixtures.pin import pin
     from mixtures.spec import load_spec
-    from pipelines.catalog import load_catalog
 
     spec = load_spec(args.spec)
     manifest = pin(load_catalog(args.catalog), spec)
@@ -51,4 +51,4 @@ def format_manifest(manifest: Manifest) -> str:
             )
         )
     header = f"mixture {manifest.name} (seed {manifest.seed}, {manifest.fingerprint})"
-    return header + "\n" + _columns(rows)
+    return header + "\n" + format_columns(rows)

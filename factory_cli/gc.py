@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 from datetime import timedelta
 
-from pipelines.catalog import load_catalog
-from pipelines.commit import collect_garbage
-from pipelines.exceptions import InputError
-from pipelines.explore import list_tables
-from pipelines.refs import parse_identifier
+from lakehouse.catalog import list_tables, load_catalog
+from lakehouse.commit import collect_garbage
+from lakehouse.errors import InputError
+from lakehouse.refs import parse_identifier
 
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "gc") -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from pyiceberg.table import Table
 
-from pipelines.exceptions import EmptyTableError, InvalidIdentifierError, RefNotFoundError
+from lakehouse.errors import EmptyTableError, InvalidIdentifierError, RefNotFoundError
 
 # One conservative name rule for every part: it is safe as a path segment in any warehouse
 # (no "..", "/", scheme or whitespace can reach the table location) and in every catalog.

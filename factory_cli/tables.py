@@ -10,10 +10,12 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from pipelines.catalog import load_catalog, load_table, resolve
-from pipelines.commit import summary_properties
-from pipelines.exceptions import FactoryError, InvalidIdentifierError
-from pipelines.refs import PinnedRef, format_identifier, parse_identifier, validate_ref_name
+from factory_cli.text import format_columns
+from lakehouse.catalog import list_tables, load_catalog, load_table, resolve
+from lakehouse.commit import summary_properties
+from lakehouse.errors import FactoryError
+from lakehouse.publish import tag_snapshot
+from lakehouse.refs import PinnedRef, format_identifier, parse_identifier
 
 PREVIEW_CHARS = 60
 
@@ -47,19 +49,9 @@ def run(args: argparse.Namespace) -> int:
         print(format_rows(table, pinned, args.n, as_json=args.json))
     elif args.command == "tag":
         table, pinned = resolve(catalog, args.ref)
-        tag(table, pinned, args.name, force=args.force)
+        tag_snapshot(table, pinned, args.name, force=args.force)
         print(f"tagged {pinned} as {pinned.table_name}@{args.name}")
     return 0
-
-
-def list_tables(catalog: Catalog) -> list[tuple[str, ...]]:
-    """Every table in every namespace (nested namespaces included), sorted."""
-    found, pending = [], list(catalog.list_namespaces())
-    while pending:
-        namespace = pending.pop()
-        found.extend(catalog.list_tables(namespace))
-        pending.extend(catalog.list_namespaces(namespace))
-    return sorted(tuple(t) for t in found)
 
 
 def format_tables(catalog: Catalog) -> str:
@@ -80,7 +72,7 @@ def format_tables(catalog: Catalog) -> str:
         )
     if len(rows) == 1:
         return "no tables yet; `factory ingest --help` shows how to make one"
-    return _columns(rows)
+    return format_columns(rows)
 
 
 def snapshot_record(table: Table, snapshot: Snapshot) -> dict[str, object]:
@@ -145,23 +137,7 @@ def format_rows(table: Table, pinned: PinnedRef, n: int, *, as_json: bool) -> st
         return header
     columns = list(rows[0])
     body = [tuple(columns)] + [tuple(_preview(row[c]) for c in columns) for row in rows]
-    return header + "\n" + _columns(body)
-
-
-def tag(table: Table, pinned: PinnedRef, name: str, *, force: bool = False) -> None:
-    """Point tag ``name`` at the pinned snapshot (moving it only with ``force``)."""
-    validate_ref_name(name)
-    existing = table.metadata.refs.get(name)
-    if existing is not None:
-        if existing.snapshot_ref_type != "tag":
-            raise InvalidIdentifierError(f"{name!r} is a branch of {pinned.table_name}, not a tag")
-        if existing.snapshot_id == pinned.snapshot_id:
-            return
-        if not force:
-            raise FactoryError(f"tag {name!r} already names snapshot {existing.snapshot_id}; use --force to move it")
-        table.manage_snapshots().remove_tag(name).create_tag(pinned.snapshot_id, name).commit()
-        return
-    table.manage_snapshots().create_tag(pinned.snapshot_id, name).commit()
+    return header + "\n" + format_columns(body)
 
 
 def _preview(value: object) -> str:
@@ -176,8 +152,3 @@ def _json_default(value: object) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     return str(value)
-
-
-def _columns(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows)

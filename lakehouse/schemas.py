@@ -1,15 +1,13 @@
-"""Iceberg schemas of the tables the jobs write (DESIGN.md, "Document tables")."""
+"""Iceberg schemas of the tables the jobs write (docs/architecture.md, "Tables")."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
-from pyiceberg.types import BinaryType, LongType, NestedField, StringType
+from pyiceberg.types import BinaryType, BooleanType, DoubleType, LongType, NestedField, StringType
 
-from pipelines.exceptions import InputError
-
-DOCUMENT_COLUMNS = ("doc_id", "source", "text", "path", "lang", "n_bytes")
+from lakehouse.errors import InputError
 
 DOCUMENT_SCHEMA = Schema(
     NestedField(1, "doc_id", StringType(), required=True, doc="stable id, unique in the table"),
@@ -37,6 +35,19 @@ QUARANTINE_SCHEMA_WITH_METRICS = Schema(
     *QUARANTINE_SCHEMA.fields,
     NestedField(9, "filter", StringType(), required=False, doc="the filter (or check) that refused it"),
     NestedField(10, "metrics", StringType(), required=False, doc="JSON of the values behind the reason"),
+)
+
+# One row per input document of a dedup run: which cluster it is in and why it was kept or removed.
+CLUSTERS_SCHEMA = Schema(
+    NestedField(1, "doc_id", StringType(), required=True),
+    NestedField(2, "cluster_id", StringType(), required=True, doc="smallest input doc_id of the cluster"),
+    NestedField(3, "kept", BooleanType(), required=True, doc="this document is in the output"),
+    NestedField(4, "cluster_size", LongType(), required=True, doc="input documents in the cluster"),
+    NestedField(5, "duplicate_of", StringType(), required=False, doc="doc_id of the cluster's kept document"),
+    NestedField(6, "against", BooleanType(), required=True, doc="duplicate_of is in the --against snapshot"),
+    NestedField(7, "match", StringType(), required=False, doc="exact (same normalised text) or near; null if kept"),
+    NestedField(8, "similarity", DoubleType(), required=False, doc="Jaccard to duplicate_of estimated by MinHash"),
+    NestedField(9, "jaccard", DoubleType(), required=False, doc="exact Jaccard of the shingles with duplicate_of"),
 )
 
 # Enough of a refused record to see what was wrong with it, bounded so one huge bad record

@@ -10,23 +10,25 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from pipelines.exceptions import FactoryError
+from lakehouse.errors import FactoryError
 
-# name → (module, one-line help). Order is the order `factory --help` lists them in.
+# name → (module, one-line help): a lazy registry, so only the invoked command's module (and what it
+# needs) is imported. Each module has `add_arguments(parser, name)` and `run(args) -> int`.
+# Order is the order `factory --help` lists them in.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "ingest": ("pipelines.ingest", "raw records (JSONL, Parquet, source trees) into a document table"),
-    "dedup": ("pipelines.dedup", "exact and MinHash-LSH near-duplicate removal over pinned document tables"),
-    "filter": ("pipelines.filter", "quality-filter a document table, validate it and publish it"),
-    "tables": ("pipelines.explore", "list tables with their current snapshot and size"),
-    "snapshots": ("pipelines.explore", "list a table's snapshots with how each was made"),
-    "show": ("pipelines.explore", "print the first rows of a table or pinned snapshot"),
-    "tag": ("pipelines.explore", "name a snapshot with a tag"),
-    "tokenizer": ("streaming_loader.tokenizer_command", "build a byte-level BPE tokenizer from pinned snapshots"),
-    "mix": ("mixtures.command", "pin a mixture spec to snapshot ids and data files"),
-    "train": ("trainer.launch", "train a model on a pinned manifest through torchrun"),
-    "lineage": ("trainer.lineage", "show which data, pipeline runs and raw inputs made a checkpoint"),
-    "gc": ("pipelines.garbage", "remove staged files of runs that never committed"),
-    "demo": ("pipelines.demo", "run the chain on the embedded default with a built-in corpus"),
+    "ingest": ("factory_cli.ingest", "raw records (JSONL, Parquet, source trees) into a document table"),
+    "dedup": ("factory_cli.dedup", "exact and MinHash-LSH near-duplicate removal over pinned document tables"),
+    "filter": ("factory_cli.filter", "quality-filter a document table, validate it and publish it"),
+    "tables": ("factory_cli.tables", "list tables with their current snapshot and size"),
+    "snapshots": ("factory_cli.tables", "list a table's snapshots with how each was made"),
+    "show": ("factory_cli.tables", "print the first rows of a table or pinned snapshot"),
+    "tag": ("factory_cli.tables", "name a snapshot with a tag"),
+    "tokenizer": ("factory_cli.tokenizer", "build a byte-level BPE tokenizer from pinned snapshots"),
+    "mix": ("factory_cli.mix", "pin a mixture spec to snapshot ids and data files"),
+    "train": ("factory_cli.train", "train a model on a pinned manifest through torchrun"),
+    "lineage": ("factory_cli.lineage", "show which data, pipeline runs and raw inputs made a checkpoint"),
+    "gc": ("factory_cli.gc", "remove staged files of runs that never committed"),
+    "demo": ("factory_cli.demo", "run the chain on the embedded default with a built-in corpus"),
 }
 
 # Commands that run Spark jobs → the module their Python tasks import. Their Spark session
@@ -35,7 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 SPARK_COMMANDS: dict[str, str | None] = {
     "ingest": "pipelines.ingest_records",
     "dedup": "pipelines.dedup_stages",
-    "filter": "quality.batches",
+    "filter": "quality.filter_task",
     "demo": None,
 }
 

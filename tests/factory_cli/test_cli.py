@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.cli import COMMANDS
+from factory_cli.main import COMMANDS
 from tests.conftest import REPO, run_factory
 
 

@@ -11,15 +11,14 @@ import tomllib
 
 import pyarrow as pa
 
+from lakehouse.columns import DOCUMENT_COLUMNS, TARGET_COLUMN
 from quality.base import Doc
 from quality.chain import FilterChain
 from quality.config import parse_config
 
-# Columns a batch needs, in this order, and the columns the verdict adds.
-DOCUMENT_FIELDS = ("doc_id", "source", "text", "path", "lang", "n_bytes")
-TARGET_FIELD = "_target"
+# The columns the verdict adds to a batch of documents (lakehouse.columns.DOCUMENT_COLUMNS).
 VERDICT_FIELDS = (
-    (TARGET_FIELD, pa.string()),  # "documents" or "quarantine"
+    (TARGET_COLUMN, pa.string()),  # "documents" or "quarantine"
     ("filter", pa.string()),
     ("reason", pa.string()),
     ("detail", pa.string()),
@@ -43,11 +42,11 @@ def chain_from_source(text: str, path: str, sha256: str) -> FilterChain:
 
 def filter_batch(chain: FilterChain, batch: pa.RecordBatch, record_bytes: int) -> pa.RecordBatch:
     """``batch`` with the chain's verdict on each row appended as the ``VERDICT_FIELDS`` columns."""
-    columns = [batch.column(name).to_pylist() for name in DOCUMENT_FIELDS]
+    columns = [batch.column(name).to_pylist() for name in DOCUMENT_COLUMNS]
     verdict: dict[str, list] = {name: [] for name, _ in VERDICT_FIELDS}
     for doc_id, source, text, path, lang, n_bytes in zip(*columns, strict=True):
         outcome = chain.apply(Doc(doc_id, text, source, lang, path, n_bytes))
-        verdict[TARGET_FIELD].append("documents" if outcome.keep else "quarantine")
+        verdict[TARGET_COLUMN].append("documents" if outcome.keep else "quarantine")
         verdict["filter"].append(outcome.filter)
         verdict["reason"].append(outcome.reason)
         verdict["detail"].append(outcome.detail)
