@@ -42,7 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "dedup") -> None
         "--verify", action=argparse.BooleanOptionalAction, default=True,
         help="check candidate pairs with exact Jaccard before clustering (default: on)",
     )  # fmt: skip
-    parser.add_argument("--run-id", help="id of this logical run; re-running an id already committed is a no-op")
+    parser.add_argument(
+        "--run-id",
+        help="id of this logical run, bound to its inputs and parameters: the same command again finishes "
+        "what an interrupted run left (or does nothing); other inputs or parameters are refused",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> DedupOptions:

@@ -20,7 +20,11 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "filter") -> Non
         "--quarantine", metavar="NS.TABLE", help="where dropped documents go (default: <namespace>.quarantine)"
     )
     parser.add_argument("--tag", metavar="NAME", help="tag the published snapshot")
-    parser.add_argument("--run-id", help="id of this logical run; re-running an id already published is a no-op")
+    parser.add_argument(
+        "--run-id",
+        help="id of this logical run, bound to its inputs and parameters: the same command again finishes "
+        "what an interrupted run left (or does nothing); other inputs or parameters are refused",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,7 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "ingest") -> Non
     )
     parser.add_argument("--include", action="append", default=[], metavar="GLOB", help="only files matching")
     parser.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="skip files matching")
-    parser.add_argument("--run-id", help="id of this logical run; re-running an id already committed is a no-op")
+    parser.add_argument(
+        "--run-id",
+        help="id of this logical run, bound to its inputs and parameters: the same command again finishes "
+        "what an interrupted run left (or does nothing); other inputs or parameters are refused",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> IngestOptions:

@@ -5,7 +5,9 @@
 2. The driver commits exactly the files that successful tasks reported, never a listing.
 3. One Iceberg snapshot per table per run, its summary carrying ``factory.*`` lineage.
 4. A run id already in the branch's ancestry makes the commit a no-op; a lost race is retried,
-   re-checking that ancestry each time, a bounded number of times.
+   re-checking that ancestry each time, a bounded number of times. A run id is bound to the job,
+   parameters and inputs it first committed with (``find_run_commits``): a retry with the same
+   ones finishes what is missing, table by table (``commit_run``); with others it is refused.
 5. Files of attempts that never committed are removed by ``collect_garbage`` after a grace period.
 """
 
@@ -29,7 +31,7 @@ from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from sqlalchemy.exc import OperationalError
 
 from lakehouse.catalog import load_table
-from lakehouse.errors import CommitError, InvalidIdentifierError
+from lakehouse.errors import CommitError, InvalidIdentifierError, RunConflictError
 from lakehouse.faults import maybe_fail
 from lakehouse.refs import format_identifier
 from lakehouse.version import code_version
@@ -39,6 +41,11 @@ log = logging.getLogger(__name__)
 MAIN_BRANCH = "main"
 RUNS_DIR = "data/runs"
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}\Z")
+STATS_PREFIX = "factory.stats."
+# Summary keys that are not among a run's further properties: its own fields, and the attempt and
+# code that made the snapshot, which a retry changes (a run id's binding: ``_binding``).
+_NOT_PROPERTIES = {"factory.run-id", "factory.attempt-id", "factory.code-version", "factory.job", "factory.params",
+                   "factory.inputs"}  # fmt: skip
 
 # Errors after which the commit may or may not have landed and a fresh attempt is safe because
 # the run id is looked up first. SQLite answers a concurrent writer with "database is locked".
@@ -92,8 +99,12 @@ class Run:
             "factory.code-version": code_version(),
             **self.properties,
         }
-        props.update({f"factory.stats.{name}": str(value) for name, value in stats.items()})
+        props.update({f"{STATS_PREFIX}{name}": str(value) for name, value in stats.items()})
         return props
+
+    def binding(self) -> dict[str, object]:
+        """What this run id stands for: its job, parameters, inputs and properties, as recorded."""
+        return _binding(self.summary({}))
 
 
 @dataclass(frozen=True)
@@ -131,9 +142,9 @@ def snapshot_stats(snapshot: Snapshot) -> dict[str, int]:
     """The ``factory.stats.*`` counts a run recorded in a snapshot summary."""
     summary = summary_properties(snapshot)
     return {
-        key.removeprefix("factory.stats."): int(value)
+        key.removeprefix(STATS_PREFIX): int(value)
         for key, value in summary.items()
-        if key.startswith("factory.stats.") and value.lstrip("-").isdigit()
+        if key.startswith(STATS_PREFIX) and value.lstrip("-").isdigit()
     }
 
 
@@ -182,29 +193,176 @@ def commit_files(
 
 
 def existing_commits(
-    catalog: Catalog, identifiers: Sequence[tuple[str, ...]], run_id: str
+    snapshots: Mapping[tuple[str, ...], Snapshot],
 ) -> tuple[list[CommitResult], dict[str, int]]:
-    """What run ``run_id`` committed to each table (all of which hold it), and the stats it recorded."""
-    commits, stats = [], {}
-    for identifier in identifiers:
-        snapshot = find_run_snapshot(load_table(catalog, identifier), run_id)
-        summary = summary_properties(snapshot)
-        records, files = int(summary.get("added-records", 0)), int(summary.get("added-data-files", 0))
-        commits.append(CommitResult(format_identifier(identifier), snapshot.snapshot_id, files, records, True))
-        stats = snapshot_stats(snapshot)
+    """The commits a run already made (its snapshot in each table), and the stats it recorded."""
+    commits = [committed_result(identifier, snapshot) for identifier, snapshot in snapshots.items()]
+    stats = snapshot_stats(next(iter(snapshots.values()))) if snapshots else {}
     return commits, stats
 
 
-def runs_already_committed(catalog: Catalog, identifiers: Iterable[tuple[str, ...]], run_id: str) -> bool:
-    """True when every table already holds a snapshot of ``run_id`` (a re-run is then a no-op)."""
+def committed_result(identifier: tuple[str, ...], snapshot: Snapshot) -> CommitResult:
+    """A commit a run made earlier, as ``commit_files`` reports it."""
+    summary = summary_properties(snapshot)
+    records, files = int(summary.get("added-records", 0)), int(summary.get("added-data-files", 0))
+    return CommitResult(format_identifier(identifier), snapshot.snapshot_id, files, records, already_committed=True)
+
+
+# --- run ids bound to what they ran (docs/architecture.md, "The commit protocol", step 4) ------
+
+
+def run_snapshots(
+    catalog: Catalog, identifiers: Iterable[tuple[str, ...]], run_id: str, *, branch: str = MAIN_BRANCH
+) -> dict[tuple[str, ...], Snapshot | None]:
+    """The snapshot run ``run_id`` committed to ``branch`` of each table; None where it has not
+    (or the table does not exist). Nothing is checked: see ``find_run_commits``."""
+    found: dict[tuple[str, ...], Snapshot | None] = {}
     for identifier in identifiers:
         try:
             table = catalog.load_table(identifier)
         except NoSuchTableError:
-            return False
-        if find_run_snapshot(table, run_id) is None:
-            return False
-    return True
+            found[identifier] = None
+            continue
+        found[identifier] = find_run_snapshot(table, run_id, branch)
+    return found
+
+
+def check_run_commits(
+    run: Run, snapshots: Mapping[tuple[str, ...], Snapshot | None], *, branch: str = MAIN_BRANCH
+) -> None:
+    """Raise ``RunConflictError`` if one of ``snapshots`` (the run's earlier commits) was made
+    with another job, other parameters, inputs or properties than ``run``."""
+    for identifier, snapshot in snapshots.items():
+        if snapshot is not None:
+            _check_binding(run, snapshot, _place(identifier, branch))
+
+
+def find_run_commits(
+    catalog: Catalog, run: Run, identifiers: Iterable[tuple[str, ...]], *, branch: str = MAIN_BRANCH
+) -> dict[tuple[str, ...], Snapshot | None]:
+    """What ``run`` already committed to ``branch`` of each table (None where nothing yet), each
+    checked to be bound to the run's job, parameters and inputs: ``RunConflictError`` otherwise."""
+    found = run_snapshots(catalog, identifiers, run.run_id, branch=branch)
+    check_run_commits(run, found, branch=branch)
+    return found
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """What a run commits to one table: the files its tasks staged, for ``branch``."""
+
+    identifier: tuple[str, ...]
+    files: Sequence[StagedFile]
+    branch: str = MAIN_BRANCH
+
+
+def commit_run(
+    catalog: Catalog, run: Run, outputs: Sequence[RunOutput], stats: Mapping[str, object]
+) -> list[CommitResult]:
+    """Commit each output in order, one snapshot per table, all with the same summary.
+
+    A table that already holds this run's snapshot is not committed again: a retry finishes
+    only what an earlier attempt left missing. That snapshot must have been made with this
+    run's parameters and inputs and have recorded the same ``stats`` (the same counts show the
+    retry redid the same work); otherwise ``RunConflictError``, and nothing more is committed.
+    """
+    results = []
+    for n, output in enumerate(outputs):
+        if n:
+            maybe_fail("between-commits")
+        result = commit_files(catalog, output.identifier, output.files, run, stats, branch=output.branch)
+        if result.already_committed:
+            snapshot = load_table(catalog, output.identifier).snapshot_by_id(result.snapshot_id)
+            place = _place(output.identifier, output.branch)
+            _check_binding(run, snapshot, place)
+            _check_stats(run, snapshot, stats, place)
+            result = committed_result(output.identifier, snapshot)
+        results.append(result)
+    return results
+
+
+def _binding(summary: Mapping[str, str]) -> dict[str, object]:
+    """The part of a run's snapshot summary that its run id is bound to, as plain JSON."""
+    return {
+        "job": summary.get("factory.job"),
+        "params": json.loads(summary.get("factory.params", "{}")),
+        "inputs": json.loads(summary.get("factory.inputs", "[]")),
+        "properties": {
+            key: value
+            for key, value in sorted(summary.items())
+            if key.startswith("factory.") and key not in _NOT_PROPERTIES and not key.startswith(STATS_PREFIX)
+        },
+    }
+
+
+def _check_binding(run: Run, snapshot: Snapshot, place: str) -> None:
+    differences = _differences(_binding(summary_properties(snapshot)), run.binding())
+    if differences:
+        raise RunConflictError(
+            f"run id {run.run_id!r} already committed {place} snapshot {snapshot.snapshot_id} with other "
+            f"parameters or inputs than this command's: {_listed(differences)}. Nothing more was committed. "
+            f"A run id stands for one run: to run with these parameters and inputs give a new --run-id (or "
+            f"none); to finish or re-check that run, repeat its own command."
+        )
+
+
+def _check_stats(run: Run, snapshot: Snapshot, stats: Mapping[str, object], place: str) -> None:
+    prefix = len(STATS_PREFIX)
+    recorded = {k[prefix:]: _plain(v) for k, v in summary_properties(snapshot).items() if k.startswith(STATS_PREFIX)}
+    differences = _differences({"stats": recorded}, {"stats": {k: _plain(str(v)) for k, v in stats.items()}})
+    if differences:
+        raise RunConflictError(
+            f"run {run.run_id!r} already committed {place} snapshot {snapshot.snapshot_id}, but this attempt "
+            f"counted otherwise: {_listed(differences)}; its inputs must have changed since. Nothing more was "
+            f"committed. Run again with a new --run-id (or none)."
+        )
+
+
+def _plain(text: str) -> object:
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
+def _place(identifier: tuple[str, ...], branch: str) -> str:
+    name = format_identifier(identifier)
+    return name if branch == MAIN_BRANCH else f"{name} branch {branch}"
+
+
+_ABSENT = object()
+
+
+def _differences(recorded: object, wanted: object) -> list[str]:
+    """``path: committed with X, now Y`` for each leaf where two JSON values differ."""
+    flat_recorded, flat_wanted = _flatten(recorded), _flatten(wanted)
+    return [
+        f"{path}: committed with {_shown(flat_recorded.get(path, _ABSENT))}, now {_shown(flat_wanted.get(path, _ABSENT))}"
+        for path in sorted(flat_recorded.keys() | flat_wanted.keys())
+        if _json(flat_recorded.get(path, _ABSENT)) != _json(flat_wanted.get(path, _ABSENT))
+    ]
+
+
+def _flatten(value: object, path: str = "") -> dict[str, object]:
+    if isinstance(value, dict) and value:
+        return {
+            k: v for key, item in value.items() for k, v in _flatten(item, f"{path}.{key}" if path else key).items()
+        }
+    if isinstance(value, list) and value:
+        return {k: v for i, item in enumerate(value) for k, v in _flatten(item, f"{path}[{i}]").items()}
+    return {path: value}
+
+
+def _json(value: object) -> str | None:
+    # Compared as JSON text: in Python True == 1 == 1.0, as parameters they differ.
+    return None if value is _ABSENT else json.dumps(value, sort_keys=True)
+
+
+def _shown(value: object, limit: int = 120) -> str:
+    text = "(none)" if value is _ABSENT else repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _listed(differences: list[str], limit: int = 8) -> str:
+    more = len(differences) - limit
+    return "; ".join(differences[:limit]) + (f"; and {more} more" if more > 0 else "")
 
 
 @dataclass(frozen=True)

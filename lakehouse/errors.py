@@ -37,6 +37,10 @@ class CommitError(FactoryError):
     """A commit could not be made after its bounded retries; nothing was committed."""
 
 
+class RunConflictError(FactoryError):
+    """A run id already committed under other parameters, inputs or counts; nothing more was done."""
+
+
 class MissingDependencyError(FactoryError):
     """Something the machine must provide (Java, a binary, a package) is missing."""
 

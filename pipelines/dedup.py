@@ -49,10 +49,11 @@ from lakehouse.columns import DOCUMENT_COLUMNS, TARGET_COLUMN
 from lakehouse.commit import (
     CommitResult,
     Run,
-    commit_files,
+    RunOutput,
+    commit_run,
     existing_commits,
+    find_run_commits,
     record_count,
-    runs_already_committed,
 )
 from lakehouse.errors import InputError
 from lakehouse.refs import PinnedRef, format_identifier, parse_identifier
@@ -148,9 +149,11 @@ def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupRes
     inputs = resolve_inputs(catalog, opts)
     out_id, clusters_id = opts.output_id, opts.clusters_id
     run = _run_for(opts, inputs)
-    if runs_already_committed(catalog, [clusters_id, out_id], run.run_id):
+    done = find_run_commits(catalog, run, [out_id, clusters_id])
+    if all(done.values()):
         log.info("run %s is already committed to %s; nothing to do", run.run_id, opts.output)
-        return _existing_result(catalog, run.run_id, out_id, clusters_id)
+        (documents, clusters), stats = existing_commits(done)
+        return DedupResult(run.run_id, documents, clusters, stats, already_committed=True)
 
     docs = _read_inputs(spark, inputs)
     if (
@@ -181,8 +184,9 @@ def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupRes
             clusters_written = pool.submit(_write, cluster_rows, clusters, run, CLUSTERS_SCHEMA)
             staged_docs = _write(kept_docs, documents, run, out_schema)
             staged_clusters = clusters_written.result()
-    clusters_commit = commit_files(catalog, clusters_id, staged_clusters.files, run, stats)
-    docs_commit = commit_files(catalog, out_id, staged_docs.files, run, stats)
+    clusters_commit, docs_commit = commit_run(
+        catalog, run, [RunOutput(clusters_id, staged_clusters.files), RunOutput(out_id, staged_docs.files)], stats
+    )
     return DedupResult(run.run_id, docs_commit, clusters_commit, stats)
 
 
@@ -552,13 +556,6 @@ def _refuse_colliding_ids(docs: DataFrame, inputs: DedupInputs) -> None:
             "deduplicated together. Ingest the sources into one table (ingest refuses repeated ids), "
             "or deduplicate them in separate runs and use --against."
         )
-
-
-def _existing_result(
-    catalog: Catalog, run_id: str, out_id: tuple[str, ...], clusters_id: tuple[str, ...]
-) -> DedupResult:
-    (documents, clusters), stats = existing_commits(catalog, [out_id, clusters_id], run_id)
-    return DedupResult(run_id, documents, clusters, stats, already_committed=True)
 
 
 if __name__ == "__main__":  # `spark-submit pipelines/dedup.py ARGS` is `factory dedup ARGS` (docs/architecture.md)

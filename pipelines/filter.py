@@ -35,13 +35,15 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.catalog import ensure_table, load_table, resolve, snapshot_schema
 from lakehouse.columns import DOCUMENT_COLUMNS
-from lakehouse.commit import Run, commit_files, find_run_snapshot, snapshot_stats
+from lakehouse.commit import Run, RunOutput, commit_run, find_run_commits, snapshot_stats
 from lakehouse.errors import InputError, ValidationFailedError
+from lakehouse.faults import maybe_fail
 from lakehouse.publish import Published, publish, remove_branch, start_branch, tag_snapshot
 from lakehouse.refs import PinnedRef, format_identifier, parse_identifier, validate_ref_name
 from lakehouse.schemas import (
@@ -131,45 +133,53 @@ def filter_documents(
     """
     job = _prepare(spark, catalog, opts)
     run_id = job.run.run_id
-    done = find_run_snapshot(job.output, run_id)
-    if done is not None and find_run_snapshot(job.quarantine, run_id) is not None:
+    output_id, quarantine_id = opts.output_id, opts.quarantine_id
+    # What an earlier attempt of this run committed, each checked to be made with this command's
+    # config, input and parameters: a retry finishes that run or is refused, never publishes another.
+    audited = find_run_commits(catalog, job.run, [output_id], branch=job.branch)[output_id]
+    done = find_run_commits(catalog, job.run, [output_id, quarantine_id])
+    if done[output_id] is not None and done[quarantine_id] is not None:
         log.info("run %s is already published to %s; nothing to do", run_id, opts.output)
-        result = _existing_result(job, done.snapshot_id)
-        _tag(job, result)  # in case the run died between publishing and tagging
+        result = _existing_result(job, done[output_id], done[quarantine_id])
+        remove_branch(catalog, output_id, job.branch)  # in case the run died between publishing and this
+        _tag(job, result)  # or between publishing and tagging
         return result
     if opts.tag and opts.tag in job.output.metadata.refs:
         raise InputError(f"{opts.output} already has a ref named {opts.tag!r}; choose another --tag")
 
     seconds = {}
-    if find_run_snapshot(job.output, run_id, job.branch) is None or find_run_snapshot(job.quarantine, run_id) is None:
+    quarantined = done[quarantine_id]
+    if audited is None or quarantined is None:
         log.info("filter %s → %s with %s (run %s)", job.pinned, opts.output, job.config.path, run_id)
         with _timed(seconds, "filter"):
-            _filter_and_commit(job)
-        job.reload()
-    audited = find_run_snapshot(job.output, run_id, job.branch)
+            quarantined, audited = _filter_and_commit(job, audited is None)
     result = FilterRunResult(
         run_id=run_id,
         output=opts.output,
         branch=job.branch,
         audited_snapshot_id=audited.snapshot_id,
-        quarantine_snapshot_id=find_run_snapshot(job.quarantine, run_id).snapshot_id,
+        quarantine_snapshot_id=quarantined.snapshot_id,
         report=job.run.properties["factory.validation"],
         stats=snapshot_stats(audited),
         seconds=seconds,
     )
 
+    # Validated in this process, every time: an audited snapshot left by a failed attempt is
+    # checked again, never published on the strength of an earlier verdict.
     with _timed(seconds, "validate"):
         report = _validate(job, result)
     if not report.success:
         raise ValidationFailedError(
             f"{opts.output}: validation failed: {'; '.join(report.failures())}. main is unchanged; the audited "
-            f"snapshot {result.audited_snapshot_id} stays on branch {job.branch}; report: {result.report}"
+            f"snapshot {result.audited_snapshot_id} stays on branch {job.branch}; report: {result.report}. "
+            f"Fix the config or the data and run again with a new --run-id (this one stays bound to this config)."
         )
     if before_publish is not None:
         before_publish()
+    maybe_fail("before-publish")
     with _timed(seconds, "publish"):
-        result.published = publish(catalog, opts.output_id, result.audited_snapshot_id)
-        remove_branch(catalog, opts.output_id, job.branch)
+        result.published = publish(catalog, output_id, result.audited_snapshot_id)
+        remove_branch(catalog, output_id, job.branch)
     _tag(job, result)
     return result
 
@@ -230,7 +240,9 @@ def report_location(catalog: Catalog, table: Table, identifier: tuple[str, ...],
 # --- filtering on Spark ----------------------------------------------------------------------
 
 
-def _filter_and_commit(job: _Job) -> None:
+def _filter_and_commit(job: _Job, start_audit: bool) -> tuple[Snapshot, Snapshot]:
+    """Filter on Spark; commit what the run has not yet committed: the quarantine rows to main,
+    the kept documents to the audit branch (started afresh when ``start_audit``). Returns both snapshots."""
     targets = {
         "documents": Target.for_table(
             job.output, job.run.staging_prefix(job.output), arrow_schema(job.output.schema())
@@ -257,9 +269,16 @@ def _filter_and_commit(job: _Job) -> None:
     kept, refused = written["documents"], written["quarantine"]
     stats = {"documents-in": kept.records + refused.records, "kept": kept.records, "quarantined": refused.records}
     stats.update(drop_stats(refused.counts))
-    commit_files(job.catalog, job.opts.quarantine_id, refused.files, job.run, stats)
-    start_branch(job.catalog, job.opts.output_id, job.branch, empty=True)
-    commit_files(job.catalog, job.opts.output_id, kept.files, job.run, stats, branch=job.branch)
+    if start_audit:
+        start_branch(job.catalog, job.opts.output_id, job.branch, empty=True)
+    quarantined, audited = commit_run(
+        job.catalog,
+        job.run,
+        [RunOutput(job.opts.quarantine_id, refused.files), RunOutput(job.opts.output_id, kept.files, job.branch)],
+        stats,
+    )
+    job.reload()
+    return job.quarantine.snapshot_by_id(quarantined.snapshot_id), job.output.snapshot_by_id(audited.snapshot_id)
 
 
 def _filter_task(
@@ -349,17 +368,16 @@ def _validate(job: _Job, result: FilterRunResult):
     return report
 
 
-def _existing_result(job: _Job, snapshot_id: int) -> FilterRunResult:
-    snapshot = job.output.snapshot_by_id(snapshot_id)
+def _existing_result(job: _Job, published: Snapshot, quarantined: Snapshot) -> FilterRunResult:
     return FilterRunResult(
         run_id=job.run.run_id,
         output=job.opts.output,
         branch=job.branch,
-        audited_snapshot_id=snapshot_id,
-        quarantine_snapshot_id=find_run_snapshot(job.quarantine, job.run.run_id).snapshot_id,
-        report=snapshot.summary.get("factory.validation", ""),
-        stats=snapshot_stats(snapshot),
-        published=Published(job.opts.output, snapshot_id, None, already=True),
+        audited_snapshot_id=published.snapshot_id,
+        quarantine_snapshot_id=quarantined.snapshot_id,
+        report=published.summary.get("factory.validation", ""),
+        stats=snapshot_stats(published),
+        published=Published(job.opts.output, published.snapshot_id, None, already=True),
         already_committed=True,
     )
 

@@ -14,18 +14,28 @@ import json
 import logging
 import math
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.table.snapshots import Snapshot
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from lakehouse.catalog import ensure_table
 from lakehouse.columns import DOCUMENT_COLUMNS, TARGET_COLUMN
-from lakehouse.commit import CommitResult, Run, commit_files, existing_commits, runs_already_committed
+from lakehouse.commit import (
+    CommitResult,
+    Run,
+    RunOutput,
+    check_run_commits,
+    commit_run,
+    existing_commits,
+    run_snapshots,
+)
 from lakehouse.refs import format_identifier, parse_identifier
 from lakehouse.schemas import (
     DOCUMENT_SCHEMA,
@@ -40,6 +50,10 @@ from pipelines.spark_session import read_snapshot
 from pipelines.staging import Target, write_staged
 
 log = logging.getLogger("factory.ingest")
+
+# The snapshot of the output whose doc_ids the run refused as `duplicate-id` (absent: the table was
+# empty). A retry that finishes the run reuses it, so it refuses exactly what the run refused.
+EXISTING_IDS = "factory.existing-ids-snapshot"
 
 # Output files are sized from the input, never from the cluster, so the same input gives the
 # same files (rows hash-partitioned and sorted by doc_id) whatever the parallelism.
@@ -97,15 +111,21 @@ def ingest(spark: SparkSession, catalog: Catalog, opts: IngestOptions) -> Ingest
     out_id, q_id = opts.output_id, opts.quarantine_id
     files = discover(opts.inputs, opts.fmt, opts.include, opts.exclude)
     total_bytes = sum(f.size for f in files)
+    run_id = opts.run_id or Run.new_id("ingest")
+    done = run_snapshots(catalog, [out_id, q_id], run_id)
+    existing_ids = _existing_ids_snapshot(catalog, out_id, done)
     run = Run(
         job="ingest",
-        run_id=opts.run_id or Run.new_id("ingest"),
+        run_id=run_id,
         params=opts.params(),
         inputs=[{"uri": uri, "files": n, "bytes": b} for uri, n, b in _summarise_inputs(opts.inputs, files)],
+        properties={} if existing_ids is None else {EXISTING_IDS: str(existing_ids)},
     )
-    if runs_already_committed(catalog, [out_id, q_id], run.run_id):
+    check_run_commits(run, done)
+    if all(done.values()):
         log.info("run %s is already committed to %s; nothing to do", run.run_id, opts.output)
-        return _existing_result(catalog, run.run_id, out_id, q_id)
+        (documents, quarantine), stats = existing_commits(done)
+        return IngestResult(run.run_id, documents, quarantine, stats, already_committed=True)
 
     documents = ensure_table(catalog, out_id, DOCUMENT_SCHEMA)
     require_columns(documents.schema(), DOCUMENT_COLUMNS, opts.output)
@@ -117,7 +137,7 @@ def ingest(spark: SparkSession, catalog: Catalog, opts: IngestOptions) -> Ingest
 
     parsed = _parse(spark, files, opts.fmt, opts.records)
     n_out = max(1, math.ceil(total_bytes / OUTPUT_FILE_BYTES))
-    marked = _mark_duplicate_ids(spark, parsed.repartition(n_out, "doc_id"), documents, opts.output)
+    marked = _mark_duplicate_ids(spark, parsed.repartition(n_out, "doc_id"), documents, existing_ids, opts.output)
     routed = (
         marked.withColumn(TARGET_COLUMN, F.when(F.col("reason").isNull(), "documents").otherwise("quarantine"))
         .withColumn("stage", F.lit("ingest"))
@@ -142,9 +162,26 @@ def ingest(spark: SparkSession, catalog: Catalog, opts: IngestOptions) -> Ingest
         "quarantined": refused.records,
         **{f"quarantined.{reason}": n for reason, n in sorted(refused.counts.items())},
     }
-    doc_commit = commit_files(catalog, out_id, kept.files, run, stats)
-    q_commit = commit_files(catalog, q_id, refused.files, run, stats)
+    doc_commit, q_commit = commit_run(
+        catalog, run, [RunOutput(out_id, kept.files), RunOutput(q_id, refused.files)], stats
+    )
     return IngestResult(run.run_id, doc_commit, q_commit, stats)
+
+
+def _existing_ids_snapshot(
+    catalog: Catalog, out_id: tuple[str, ...], done: Mapping[tuple[str, ...], Snapshot | None]
+) -> int | None:
+    """The output's snapshot whose doc_ids count as taken: the one the run recorded if it has
+    committed somewhere already (its own documents may be in the table by now), else main's head."""
+    recorded = [snapshot for snapshot in done.values() if snapshot is not None]
+    if recorded:
+        value = recorded[0].summary.get(EXISTING_IDS)
+        return int(value) if value else None
+    try:
+        head = catalog.load_table(out_id).current_snapshot()
+    except NoSuchTableError:
+        return None
+    return head.snapshot_id if head is not None else None
 
 
 def _parse(spark: SparkSession, files: Sequence[InputFile], fmt: str, cfg: RecordConfig) -> DataFrame:
@@ -174,11 +211,12 @@ def _batched(rows: Iterator[dict]) -> Iterator[pa.RecordBatch]:
         yield pa.RecordBatch.from_pylist(buffer, schema=schema)
 
 
-def _mark_duplicate_ids(spark: SparkSession, parsed: DataFrame, documents, label: str) -> DataFrame:
-    """Refuse a second record with the same doc_id (in this input or already in the table)."""
+def _mark_duplicate_ids(
+    spark: SparkSession, parsed: DataFrame, documents, snapshot_id: int | None, label: str
+) -> DataFrame:
+    """Refuse a second record with the same doc_id (in this input or already in the table's snapshot)."""
     accepted = F.col("reason").isNull()
-    if documents.current_snapshot() is not None:
-        snapshot_id = documents.current_snapshot().snapshot_id
+    if snapshot_id is not None:
         existing = (
             read_snapshot(spark, documents, snapshot_id, label).select("doc_id").withColumn("_exists", F.lit(True))
         )
@@ -207,11 +245,6 @@ def _summarise_inputs(paths: Sequence[str], files: Sequence[InputFile]) -> Itera
         uri = given if "://" in given else Path(given).resolve().as_uri()
         mine = [f for f in files if f.uri == uri or f.uri.startswith(uri.rstrip("/") + "/")]
         yield uri, len(mine), sum(f.size for f in mine)
-
-
-def _existing_result(catalog: Catalog, run_id: str, out_id: tuple[str, ...], q_id: tuple[str, ...]) -> IngestResult:
-    (documents, quarantine), stats = existing_commits(catalog, [out_id, q_id], run_id)
-    return IngestResult(run_id, documents, quarantine, stats, already_committed=True)
 
 
 if __name__ == "__main__":  # `spark-submit pipelines/ingest.py ARGS` is `factory ingest ARGS` (docs/architecture.md)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from factory_cli.main import COMMANDS
+from lakehouse.commit import find_run_snapshot, snapshot_stats
 from tests.conftest import REPO, run_factory
 
 
@@ -98,6 +99,33 @@ def test_a_job_killed_before_commit_leaves_the_table_unchanged_and_gc_cleans_up(
     retried = run_factory(*ingest_args(more, "raw.web", "--run-id", "doomed"))
     assert retried.returncode == 0, retried.stderr
     assert len(run_factory("show", "raw.web", "-n", "100", "--json").stdout.splitlines()) == 5 + 8
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_an_ingest_killed_between_its_two_commits_finishes_on_retry(factory_home, catalog, tmp_path):
+    corpus = write_corpus(tmp_path / "corpus")
+    killed = run_factory(
+        *ingest_args(corpus, "raw.web", "--run-id", "twice"), env={"FACTORY_FAIL_AT": "between-commits"}
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    documents = find_run_snapshot(catalog.load_table(("raw", "web")), "twice")
+    assert documents is not None and find_run_snapshot(catalog.load_table(("raw", "quarantine")), "twice") is None
+
+    retried = run_factory(*ingest_args(corpus, "raw.web", "--run-id", "twice"))
+
+    assert retried.returncode == 0, retried.stderr
+    assert "5 documents" in retried.stdout and "quarantined by reason: malformed-json=1" in retried.stdout
+    assert [s.snapshot_id for s in catalog.load_table(("raw", "web")).snapshots()] == [documents.snapshot_id]
+    quarantine = catalog.load_table(("raw", "quarantine"))
+    assert [r["reason"] for r in quarantine.scan().to_arrow().to_pylist()] == ["malformed-json"]
+    assert snapshot_stats(quarantine.current_snapshot()) == snapshot_stats(documents)
+
+    # The same run id with another parameter: refused, naming what differs, nothing done.
+    other = run_factory(*ingest_args(corpus, "raw.web", "--run-id", "twice", "--max-doc-bytes", "100"))
+    assert other.returncode == 2 and "Traceback" not in other.stderr
+    assert "error: " in other.stderr and "params.max_doc_bytes: committed with 10485760, now 100" in other.stderr
+    assert len(catalog.load_table(("raw", "web")).snapshots()) == 1
 
 
 @pytest.mark.slow

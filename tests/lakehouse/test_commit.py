@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -15,11 +16,22 @@ import pytest
 from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
 
 from lakehouse.catalog import ensure_table
-from lakehouse.commit import Run, StagedFile, collect_garbage, commit_files, find_run_snapshot, snapshot_stats
-from lakehouse.errors import InvalidIdentifierError
+from lakehouse.commit import (
+    Run,
+    RunOutput,
+    StagedFile,
+    collect_garbage,
+    commit_files,
+    commit_run,
+    find_run_commits,
+    find_run_snapshot,
+    snapshot_stats,
+)
+from lakehouse.errors import InvalidIdentifierError, RunConflictError
 from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
 
 TABLE = ("raw", "docs")
+OTHER = ("raw", "other")
 
 
 def stage(table, run: Run, ids: list[str]) -> StagedFile:
@@ -76,6 +88,54 @@ def test_an_empty_run_still_commits_a_snapshot_with_its_stats(catalog):
     snapshot = catalog.load_table(TABLE).current_snapshot()
     assert snapshot.snapshot_id == result.snapshot_id
     assert snapshot_stats(snapshot) == {"documents-in": 0}
+
+
+def test_a_run_id_is_bound_to_its_parameters_and_inputs(catalog):
+    table = ensure_table(catalog, TABLE, DOCUMENT_SCHEMA)
+    run = new_run()
+    commit_files(catalog, TABLE, [stage(table, run, ["a"])], run, {"kept": 1})
+    done = find_run_snapshot(catalog.load_table(TABLE), "run-1")
+
+    # Another attempt of the same run finds what it committed (a table it never wrote: None).
+    assert find_run_commits(catalog, new_run(), [TABLE, OTHER]) == {TABLE: done, OTHER: None}
+
+    changed = Run(job="test", run_id="run-1", params={"k": 2}, inputs=[{"uri": "file:///elsewhere"}])
+    with pytest.raises(RunConflictError) as refused:
+        find_run_commits(catalog, changed, [TABLE])
+    message = str(refused.value)
+    assert "params.k: committed with 1, now 2" in message
+    assert "inputs[0].uri: committed with 'file:///in', now 'file:///elsewhere'" in message
+    assert f"raw.docs snapshot {done.snapshot_id}" in message and "new --run-id" in message
+    tagged = Run(job="test", run_id="run-1", params={"k": 1}, inputs=[{"uri": "file:///in"}],
+                 properties={"factory.filter-config-sha256": "abc"})  # fmt: skip
+    with pytest.raises(
+        RunConflictError, match=re.escape("properties.factory.filter-config-sha256: committed with (none), now 'abc'")
+    ):
+        find_run_commits(catalog, tagged, [TABLE])
+
+
+def test_a_retry_commits_only_what_is_missing(catalog):
+    table, other = (ensure_table(catalog, name, DOCUMENT_SCHEMA) for name in (TABLE, OTHER))
+    run = new_run()
+    first = commit_files(catalog, TABLE, [stage(table, run, ["a", "b"])], run, {"kept": 2})  # then it died
+
+    retry = new_run()
+    outputs = [RunOutput(TABLE, [stage(table, retry, ["a", "b"])]), RunOutput(OTHER, [stage(other, retry, ["q"])])]
+    done, added = commit_run(catalog, retry, outputs, {"kept": 2})
+
+    assert done.already_committed and (done.snapshot_id, done.files, done.records) == (first.snapshot_id, 1, 2)
+    assert not added.already_committed and added.records == 1
+    assert len(catalog.load_table(TABLE).snapshots()) == 1
+    assert snapshot_stats(catalog.load_table(OTHER).current_snapshot()) == {"kept": 2}
+
+    # Counts that differ from those the run recorded: its inputs changed since; nothing more is committed.
+    run = new_run("run-2")
+    commit_files(catalog, TABLE, [stage(table, run, ["c"])], run, {"kept": 1})
+    retry = new_run("run-2")
+    outputs = [RunOutput(TABLE, [stage(table, retry, ["c", "d"])]), RunOutput(OTHER, [stage(other, retry, ["r"])])]
+    with pytest.raises(RunConflictError, match=r"stats\.kept: committed with 1, now 2"):
+        commit_run(catalog, retry, outputs, {"kept": 2})
+    assert find_run_snapshot(catalog.load_table(OTHER), "run-2") is None
 
 
 @pytest.mark.parametrize("run_id", ["", "../x", "a/b", "x" * 200, "-lead"])

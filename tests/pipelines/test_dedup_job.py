@@ -12,10 +12,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lakehouse.commit import snapshot_stats
-from lakehouse.errors import InputError
+from lakehouse.catalog import load_table
+from lakehouse.commit import find_run_snapshot, snapshot_stats
+from lakehouse.errors import InputError, RunConflictError
 from pipelines.dedup import BUCKET_ANCHORS, DedupOptions, dedup
 from pipelines.dedup_stages import DedupConfig
+from pipelines.minhash import MinHashConfig
 from pipelines.shingles import shingle
 from pipelines.similarity import agreement, exact_clusters, pair_jaccard
 from tests.conftest import run_factory
@@ -192,6 +194,41 @@ def test_a_flood_of_boilerplate_stays_linear_and_verification_stops_false_cluste
         DedupOptions(inputs=["raw.flood"], output="dedup.unchecked", config=DedupConfig(verify=False)),
     )
     assert unchecked.stats["largest-cluster"] > flood // 2  # what --verify prevents: one big false cluster
+
+
+def test_the_same_run_id_with_other_parameters_is_refused(spark, catalog):
+    write_table(catalog, "raw.docs", planted_corpus(originals=4).docs)
+    first = dedup(spark, catalog, DedupOptions(inputs=["raw.docs"], output="dedup.docs", run_id="d-1"))
+    stricter = DedupConfig(minhash=MinHashConfig(threshold=0.9))
+    with pytest.raises(RunConflictError, match=r"params\.threshold: committed with 0\.8, now 0\.9"):
+        dedup(spark, catalog, DedupOptions(inputs=["raw.docs"], output="dedup.docs", run_id="d-1", config=stricter))
+    for name in ("dedup.docs", "dedup.docs_clusters"):
+        table = catalog.load_table(tuple(name.split(".")))
+        assert [s.snapshot_id for s in table.snapshots()] == [find_run_snapshot(table, "d-1").snapshot_id]
+    assert catalog.load_table(("dedup", "docs")).current_snapshot().snapshot_id == first.documents.snapshot_id
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_a_dedup_killed_between_its_two_commits_finishes_on_retry(factory_home, catalog):
+    write_table(catalog, "raw.docs", planted_corpus(originals=4).docs)
+    args = ("dedup", "--input", "raw.docs", "--output", "dedup.docs", "--run-id", "d-k")
+    killed = run_factory(*args, env={"FACTORY_FAIL_AT": "between-commits"})
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    clusters = find_run_snapshot(load_table(catalog, ("dedup", "docs_clusters")), "d-k")
+    assert clusters is not None and find_run_snapshot(load_table(catalog, ("dedup", "docs")), "d-k") is None
+
+    retried = run_factory(*args)
+
+    assert retried.returncode == 0, retried.stderr[-2000:]
+    documents = load_table(catalog, ("dedup", "docs")).current_snapshot()
+    stats = snapshot_stats(documents)
+    assert f"kept {stats['kept']} of {stats['documents-in']} documents" in retried.stdout
+    assert stats == snapshot_stats(clusters) and documents.summary["factory.run-id"] == "d-k"
+    assert [s.snapshot_id for s in load_table(catalog, ("dedup", "docs_clusters")).snapshots()] == [
+        clusters.snapshot_id
+    ]
+    assert len(rows(catalog, "dedup.docs")) == stats["kept"]
 
 
 def test_cli_refuses_a_missing_input_before_starting_spark(factory_home):

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from lakehouse.catalog import ensure_table
-from lakehouse.commit import snapshot_stats
-from lakehouse.errors import PublishRefusedError, ValidationFailedError
+from lakehouse.commit import find_run_snapshot, snapshot_stats
+from lakehouse.errors import PublishRefusedError, RunConflictError, ValidationFailedError
 from lakehouse.publish import head
 from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
 from pipelines.filter import FilterOptions, filter_documents
@@ -140,6 +140,40 @@ def test_a_failing_expectation_leaves_main_unchanged(spark, catalog, tmp_path):
     assert str(report.parent) in str(caught.value).replace("file://", "")
 
 
+def test_a_failed_run_retried_with_a_corrected_config_is_refused_and_publishes_nothing(spark, catalog, tmp_path):
+    make_input(catalog, GOOD)
+    config = tmp_path / "web.toml"
+    failing, corrected = 'filters = ["size"]\nsources = ["code"]\n', 'filters = ["size"]\nsources = ["web"]\n'
+    config.write_text(failing)  # the documents are `web`: validation fails
+    opts = FilterOptions("raw.web", "filtered.web", str(config), run_id="f-4")
+    with pytest.raises(ValidationFailedError):
+        filter_documents(spark, catalog, opts)
+    before = head(catalog.load_table(("filtered", "web")))
+    failed_sha = load_config(str(config)).sha256
+
+    config.write_text(corrected)
+    fixed_sha = load_config(str(config)).sha256
+    with pytest.raises(RunConflictError) as refused:
+        filter_documents(spark, catalog, opts)
+    message = str(refused.value)
+    assert f"params.config.sha256: committed with {failed_sha!r}, now {fixed_sha!r}" in message
+    assert "audit-f-4" in message and "new --run-id" in message
+    assert head(catalog.load_table(("filtered", "web"))) == before  # nothing published
+
+    # The same run with its own (failing) config is checked again, and fails again.
+    config.write_text(failing)
+    with pytest.raises(ValidationFailedError):
+        filter_documents(spark, catalog, opts)
+    assert head(catalog.load_table(("filtered", "web"))) == before
+
+    config.write_text(corrected)
+    published = filter_documents(spark, catalog, FilterOptions("raw.web", "filtered.web", str(config), run_id="f-5"))
+    assert main_ids(catalog) == sorted(GOOD)
+    summary = catalog.load_table(("filtered", "web")).current_snapshot().summary
+    assert summary["factory.run-id"] == "f-5" and summary["factory.filter-config-sha256"] == fixed_sha
+    assert published.audited_snapshot_id == head(catalog.load_table(("filtered", "web")))
+
+
 def test_a_concurrent_change_to_main_during_audit_makes_publish_refuse(spark, catalog, config_file):
     make_input(catalog, GOOD)
     racer = pa.Table.from_pylist(
@@ -159,6 +193,29 @@ def test_a_concurrent_change_to_main_during_audit_makes_publish_refuse(spark, ca
         )
     assert main_ids(catalog) == ["racer"]  # the other writer's commit, not ours
     assert "audit-f-3" in catalog.load_table(("filtered", "web")).metadata.refs
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+@pytest.mark.parametrize("crash", ["between-commits", "before-publish"])
+def test_a_filter_killed_between_its_steps_finishes_on_retry(factory_home, catalog, config_file, crash):
+    make_input(catalog, GOOD | BAD)
+    args = ("filter", "--input", "raw.web", "--output", "filtered.web", "--config", config_file, "--run-id", "f-k")
+    killed = run_factory(*args, env={"FACTORY_FAIL_AT": crash})
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    quarantined = find_run_snapshot(catalog.load_table(("filtered", "quarantine")), "f-k")
+    assert quarantined is not None and find_run_snapshot(catalog.load_table(("filtered", "web")), "f-k") is None
+
+    retried = run_factory(*args)
+
+    assert retried.returncode == 0, retried.stderr[-2000:]
+    assert "published to main" in retried.stdout and f"{len(GOOD)} documents kept" in retried.stdout
+    assert main_ids(catalog) == sorted(GOOD)
+    output, quarantine = catalog.load_table(("filtered", "web")), catalog.load_table(("filtered", "quarantine"))
+    assert "audit-f-k" not in output.metadata.refs
+    assert [s.snapshot_id for s in quarantine.snapshots()] == [quarantined.snapshot_id]
+    assert sorted(quarantine.scan().to_arrow().column("doc_id").to_pylist()) == sorted(BAD)
+    assert snapshot_stats(output.current_snapshot()) == snapshot_stats(quarantined)
 
 
 def test_a_bad_config_fails_before_spark_starts(factory_home, tmp_path):

@@ -12,6 +12,7 @@ import pytest
 import zstandard
 
 from lakehouse.commit import snapshot_stats
+from lakehouse.errors import RunConflictError
 from pipelines.ingest import IngestOptions, ingest
 from pipelines.ingest_records import RecordConfig, doc_id_for
 from tests.conftest import run_factory
@@ -182,6 +183,47 @@ def test_same_run_id_twice_commits_once(spark, catalog, tmp_path):
     for name in ("raw.docs", "raw.quarantine"):
         assert len(catalog.load_table(tuple(name.split("."))).snapshots()) == 1
     assert len(rows(catalog, "raw.docs")) == 2
+
+
+def test_a_retry_after_a_crash_between_the_two_commits_commits_only_the_quarantine(spark, catalog, tmp_path):
+    earlier = write_jsonl(tmp_path / "earlier.jsonl", [{"id": "x", "text": "already here"}])
+    ingest(spark, catalog, options([earlier], "jsonl", id_field="id", run_id="earlier"))
+    path = write_jsonl(tmp_path / "a.jsonl", [{"id": "x", "text": "again"}, {"id": "y", "text": "new"}])
+    with path.open("a") as f:
+        f.write("{broken\n")
+    opts = options([path], "jsonl", id_field="id", run_id="nightly")
+    first = ingest(spark, catalog, opts)
+    refused = rows(catalog, "raw.quarantine")
+    assert {r["reason"] for r in refused} == {"duplicate-id", "malformed-json"}
+    # As if the process died after committing the documents: the quarantine commit never happened.
+    quarantine = catalog.load_table(("raw", "quarantine"))
+    parent = quarantine.current_snapshot().parent_snapshot_id
+    quarantine.manage_snapshots().set_current_snapshot(snapshot_id=parent).commit()
+
+    retried = ingest(spark, catalog, opts)
+
+    assert retried.stats == first.stats and retried.stats["kept"] == 1
+    assert retried.documents.already_committed and retried.documents.snapshot_id == first.documents.snapshot_id
+    assert not retried.quarantine.already_committed
+    assert rows(catalog, "raw.quarantine") == refused  # what the run would have refused, no more
+    assert len(catalog.load_table(("raw", "docs")).snapshots()) == 2
+    assert sorted(r["doc_id"] for r in rows(catalog, "raw.docs")) == sorted(
+        doc_id_for("web", f"id:{i}") for i in ("x", "y")
+    )
+
+
+def test_the_same_run_id_with_other_parameters_or_inputs_is_refused(spark, catalog, tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", [{"text": "one"}, {"text": "two"}])
+    first = ingest(spark, catalog, options([path], "jsonl", run_id="nightly"))
+    with pytest.raises(RunConflictError) as refused:
+        ingest(spark, catalog, options([path], "jsonl", run_id="nightly", max_doc_bytes=100))
+    message = str(refused.value)
+    assert "params.max_doc_bytes: committed with 10485760, now 100" in message
+    assert "raw.docs" in message and "new --run-id" in message
+    other = write_jsonl(tmp_path / "b.jsonl", [{"text": "three"}])
+    with pytest.raises(RunConflictError, match=r"inputs\[0\]\.uri: committed with .*a\.jsonl.*, now .*b\.jsonl"):
+        ingest(spark, catalog, options([other], "jsonl", run_id="nightly"))
+    assert [s.snapshot_id for s in catalog.load_table(("raw", "docs")).snapshots()] == [first.documents.snapshot_id]
 
 
 def test_an_input_of_blank_lines_gives_an_empty_snapshot(spark, catalog, tmp_path):
