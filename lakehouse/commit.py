@@ -21,6 +21,7 @@ import random
 import re
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -162,14 +163,14 @@ def commit_files(
     """Commit exactly ``files`` to ``branch`` in one snapshot, once per run id.
 
     Raises ``CommitError``, with nothing committed, when a file is not this run attempt's own
-    (``check_staged``), is already in the branch, when the attempt's lease was lost, or when
+    (``_check_staged``), is already in the branch, when the attempt's lease was lost, or when
     every attempt lost its race.
     """
     name = format_identifier(identifier)
     properties = run.summary(stats)
     records = sum(f.records for f in files)
     prefix = _staging_prefix(load_table(catalog, identifier), run)
-    check_staged(name, prefix, [f.path for f in files])
+    _check_staged(name, prefix, [f.path for f in files])
     last_error: Exception | None = None
     for attempt in range(1, max_attempts + 1):
         table = load_table(catalog, identifier)  # fresh metadata: re-validate against the new head
@@ -208,12 +209,12 @@ def _staging_prefix(table: Table, run: Run) -> str:
     return f"{table.location().rstrip('/')}/{RUNS_DIR}/{run.run_id}/{run.attempt_id}"
 
 
-def check_staged(name: str, prefix: str, paths: Sequence[str]) -> None:
+def _check_staged(name: str, prefix: str, paths: Sequence[str]) -> None:
     """Refuse, with ``CommitError``, paths listed twice or not under ``prefix`` (this run attempt's
     staging for table ``name``): files of another table, run or attempt are theirs to commit, and
     gc of their folder would break this table."""
-    if len(set(paths)) != len(paths):
-        twice = sorted({p for p in paths if paths.count(p) > 1})
+    twice = sorted(path for path, n in Counter(paths).items() if n > 1)
+    if twice:
         raise CommitError(f"{name}: refusing to commit {twice[0]}: it is listed more than once. Nothing was committed.")
     root = _file_key(prefix) + "/"
     foreign = []
