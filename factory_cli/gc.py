@@ -1,4 +1,8 @@
-"""``factory gc``: remove staged files of runs that never committed (commit protocol, step 5)."""
+"""``factory gc``: remove staged files of runs that never committed (docs/architecture.md, "The commit protocol").
+
+Files any table of the catalog references, and files of runs still alive (their lease renewed
+within ``lakehouse.lease.TIMEOUT``), stay whatever ``--grace-hours`` says.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "gc") -> None:
         "--grace-hours",
         type=float,
         default=24.0,
-        help="leave files younger than this, which may belong to a run still writing (default: 24)",
+        help="leave unreferenced files younger than this (default: 24); files of a run whose lease is "
+        "live stay regardless",
     )
     parser.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
 
@@ -32,8 +37,8 @@ def run(args: argparse.Namespace) -> int:
     for report in reports:
         for path in report.removed:
             print(f"{verb} {path}")
-        recent = (
-            f", {report.kept_recent} unreferenced file(s) inside the grace period kept" if report.kept_recent else ""
-        )
-        print(f"{report.table}: {verb} {len(report.removed)} file(s){recent}")
+        kept = [f"{report.kept_recent} unreferenced file(s) inside the grace period"] if report.kept_recent else []
+        if report.kept_live:
+            kept.append(f"{report.kept_live} file(s) of runs still alive")
+        print(f"{report.table}: {verb} {len(report.removed)} file(s)" + "".join(f", {k} kept" for k in kept))
     return 0

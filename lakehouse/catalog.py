@@ -9,21 +9,24 @@ against PostgreSQL, REST, Glue or Hive catalogs and object storage.
 
 from __future__ import annotations
 
-import contextlib
 import os
+import random
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog import load_catalog as _pyiceberg_load_catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
-    NamespaceAlreadyExistsError,
     NoSuchTableError,
     TableAlreadyExistsError,
 )
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask, Table
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 from lakehouse.errors import CatalogConfigError, TableNotFoundError, UnsupportedSnapshotError
 from lakehouse.refs import PinnedRef, TableRef, format_identifier, resolve_snapshot_id
@@ -33,6 +36,15 @@ EMBEDDED_CATALOG_NAME = "factory"
 # Our commit loop re-checks run-id ancestry before every retry (commit.py); pyiceberg's own
 # retry would re-apply the append without that check, so tables we create leave retries to us.
 TABLE_PROPERTIES = {"commit.retry.num-retries": "0"}
+
+# pyiceberg creates a SQL catalog's own tables, a namespace's row and a table's row by "look,
+# then create": of two processes doing it at once on a fresh catalog, the one that loses meets
+# the other's work as a raw database error (sqlite "table iceberg_tables already exists" or
+# "database is locked", PostgreSQL's unique violation). Looking again then finds it made.
+_CREATION_RACE = (IntegrityError, OperationalError, ProgrammingError)
+_CREATION_TRIES = 5
+
+_T = TypeVar("_T")
 
 
 def factory_home() -> Path:
@@ -56,9 +68,10 @@ def load_catalog(name: str | None = None) -> Catalog:
     if name is None:
         home = factory_home()
         (home / "warehouse").mkdir(parents=True, exist_ok=True)
-        return _pyiceberg_load_catalog(EMBEDDED_CATALOG_NAME, **embedded_catalog_properties(home))
+        properties = embedded_catalog_properties(home)
+        return _race_safe(lambda: _pyiceberg_load_catalog(EMBEDDED_CATALOG_NAME, **properties))
     try:
-        return _pyiceberg_load_catalog(name)
+        return _race_safe(lambda: _pyiceberg_load_catalog(name))
     except Exception as exc:  # pyiceberg raises ValueError, ImportError, connection errors…
         raise CatalogConfigError(
             f"cannot load catalog {name!r}: {exc}\n"
@@ -84,11 +97,9 @@ def ensure_table(catalog: Catalog, identifier: tuple[str, ...], schema: Schema) 
     name; rows written before read them as null), so a job can add optional columns to a
     table another job made.
     """
-    namespace = identifier[:-1]
-    with contextlib.suppress(NamespaceAlreadyExistsError):  # lost a creation race: fine
-        catalog.create_namespace_if_not_exists(namespace)
+    _race_safe(lambda: catalog.create_namespace_if_not_exists(identifier[:-1]))
     try:
-        return catalog.create_table(identifier, schema, properties=TABLE_PROPERTIES)
+        return _race_safe(lambda: catalog.create_table(identifier, schema, properties=TABLE_PROPERTIES))
     except TableAlreadyExistsError:
         pass
     for _ in range(8):
@@ -102,6 +113,16 @@ def ensure_table(catalog: Catalog, identifier: tuple[str, ...], schema: Schema) 
         except CommitFailedException:  # another writer changed the table first: look again
             continue
     return catalog.load_table(identifier)
+
+
+def _race_safe(create: Callable[[], _T]) -> _T:
+    """``create()``, tried again after a short wait when it lost a creation race (``_CREATION_RACE``)."""
+    for attempt in range(1, _CREATION_TRIES):
+        try:
+            return create()
+        except _CREATION_RACE:
+            time.sleep(0.05 * 2**attempt * (1 + random.random()))
+    return create()
 
 
 def resolve(catalog: Catalog, text: str) -> tuple[Table, PinnedRef]:

@@ -8,17 +8,22 @@
    re-checking that ancestry each time, a bounded number of times. A run id is bound to the job,
    parameters and inputs it first committed with (``find_run_commits``): a retry with the same
    ones finishes what is missing, table by table (``commit_run``); with others it is refused.
-5. Files of attempts that never committed are removed by ``collect_garbage`` after a grace period.
+5. A commit takes only files under its own attempt's staging prefix for that table.
+6. Files of attempts that never committed are removed by ``collect_garbage`` after a grace
+   period, unless any table of the catalog references them or their run still holds its lease
+   (``lease.py``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import posixpath
 import random
 import re
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -30,9 +35,11 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from sqlalchemy.exc import OperationalError
 
-from lakehouse.catalog import load_table
+from lakehouse import lease
+from lakehouse.catalog import list_tables, load_table
 from lakehouse.errors import CommitError, InvalidIdentifierError, RunConflictError
 from lakehouse.faults import maybe_fail
+from lakehouse.parquet import split_uri
 from lakehouse.refs import format_identifier
 from lakehouse.version import code_version
 
@@ -85,8 +92,14 @@ class Run:
         return f"{job}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
 
     def staging_prefix(self, table: Table) -> str:
-        """Where this attempt's executors write files for ``table``."""
-        return f"{table.location().rstrip('/')}/{RUNS_DIR}/{self.run_id}/{self.attempt_id}"
+        """Where this attempt's executors write files for ``table``.
+
+        Asking is starting to stage: this process takes the folder's lease (``lease.py``), so
+        ``factory gc`` leaves the folder alone until the commit of ``table`` releases it.
+        """
+        prefix = _staging_prefix(table, self)
+        lease.hold(prefix)
+        return prefix
 
     def summary(self, stats: Mapping[str, object]) -> dict[str, str]:
         """The ``factory.*`` snapshot summary properties of this run."""
@@ -160,22 +173,32 @@ def commit_files(
 ) -> CommitResult:
     """Commit exactly ``files`` to ``branch`` in one snapshot, once per run id.
 
-    Raises ``CommitError`` when every attempt lost its race; nothing is committed then.
+    Raises ``CommitError``, with nothing committed, when a file is not this run attempt's own
+    (``_check_staged``), is already in the branch, when the attempt's lease was lost, or when
+    every attempt lost its race.
     """
     name = format_identifier(identifier)
     properties = run.summary(stats)
     records = sum(f.records for f in files)
+    prefix = _staging_prefix(load_table(catalog, identifier), run)
+    _check_staged(name, prefix, [f.path for f in files])
     last_error: Exception | None = None
     for attempt in range(1, max_attempts + 1):
         table = load_table(catalog, identifier)  # fresh metadata: re-validate against the new head
         done = find_run_snapshot(table, run.run_id, branch)
         if done is not None:
             log.info("%s: run %s already committed as snapshot %s", name, run.run_id, done.snapshot_id)
+            lease.release(prefix)
             return CommitResult(name, done.snapshot_id, len(files), records, already_committed=True)
         maybe_fail("before-commit")
+        lease.check(prefix)
+        _refuse_files_in_branch(name, table, branch, [f.path for f in files])
         try:
             with table.transaction() as tx:
-                tx.add_files([f.path for f in files], snapshot_properties=properties, branch=branch)
+                # The branch was checked above; pyiceberg's own check looks at main only.
+                tx.add_files(
+                    [f.path for f in files], snapshot_properties=properties, branch=branch, check_duplicate_files=False
+                )
         except _RETRYABLE as exc:
             last_error = exc
             wait = min(0.1 * 2**attempt, 5.0) * (1 + random.random())
@@ -184,12 +207,52 @@ def commit_files(
             continue
         snapshot_id = table.metadata.refs[branch].snapshot_id
         log.info("%s: committed snapshot %s (%d files, %d records)", name, snapshot_id, len(files), records)
+        lease.release(prefix)  # the snapshot references the files now: gc keeps them
         return CommitResult(name, snapshot_id, len(files), records, already_committed=False)
     raise CommitError(
         f"{name}: commit of run {run.run_id} failed {max_attempts} times because other writers kept "
         f"changing the table (last error: {last_error}). Nothing was committed; re-run with "
         f"--run-id {run.run_id} to try again without duplicating data."
     )
+
+
+def _staging_prefix(table: Table, run: Run) -> str:
+    return f"{table.location().rstrip('/')}/{RUNS_DIR}/{run.run_id}/{run.attempt_id}"
+
+
+def _check_staged(name: str, prefix: str, paths: Sequence[str]) -> None:
+    """Refuse, with ``CommitError``, paths listed twice or not under ``prefix`` (this run attempt's
+    staging for table ``name``): files of another table, run or attempt are theirs to commit, and
+    gc of their folder would break this table."""
+    twice = sorted(path for path, n in Counter(paths).items() if n > 1)
+    if twice:
+        raise CommitError(f"{name}: refusing to commit {twice[0]}: it is listed more than once. Nothing was committed.")
+    root = _file_key(prefix) + "/"
+    foreign = []
+    for path in paths:
+        key = _file_key(path)
+        parts = key.removeprefix(root).split("/")
+        if not key.startswith(root) or any(part in ("", ".", "..") for part in parts):
+            foreign.append(path)
+    if foreign:
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        raise CommitError(
+            f"{name}: refusing to commit {foreign[0]}{more}: a run commits only the files it staged, under "
+            f"this attempt's staging folder {prefix}/. Nothing was committed."
+        )
+
+
+def _refuse_files_in_branch(name: str, table: Table, branch: str, paths: Sequence[str]) -> None:
+    ref = table.metadata.refs.get(branch)
+    if ref is None or not paths:
+        return
+    present = _referenced_keys(table, [table.snapshot_by_id(ref.snapshot_id)]) & {_file_key(p) for p in paths}
+    if present:
+        twice = sorted(p for p in paths if _file_key(p) in present)
+        raise CommitError(
+            f"refusing to commit {twice[0]}: it is already in {name} (branch {branch}); committing it "
+            "again would duplicate its rows. Nothing was committed."
+        )
 
 
 def existing_commits(
@@ -370,6 +433,7 @@ class GarbageReport:
     table: str
     removed: list[str]
     kept_recent: int
+    kept_live: int = 0  # files of runs whose lease is still being renewed
 
 
 def collect_garbage(
@@ -379,43 +443,112 @@ def collect_garbage(
     grace: timedelta,
     dry_run: bool = False,
     now: datetime | None = None,
+    lease_timeout: timedelta = lease.TIMEOUT,
 ) -> list[GarbageReport]:
-    """Remove staged files that no snapshot references and that are older than ``grace``.
+    """Remove staged files of ``identifiers`` that no snapshot of any table in the catalog
+    references, that are older than ``grace``, and whose run's lease is not live.
 
-    The grace period protects runs still writing: their files are unreferenced until they commit.
+    The staging folders are listed before the catalog is read: a run that commits meanwhile is
+    either seen holding its lease or seen committed.
     """
     now = now or datetime.now(UTC)
-    reports = []
-    for identifier in identifiers:
-        table = load_table(catalog, identifier)
-        referenced = _referenced_files(table)
-        prefix = f"{table.location().rstrip('/')}/{RUNS_DIR}"
-        fs, root = pafs.FileSystem.from_uri(prefix)
-        scheme = prefix.split("://", 1)[0] if "://" in prefix else "file"
-        selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
-        removed, recent = [], 0
-        for info in fs.get_file_info(selector):
-            if info.type != pafs.FileType.File:
-                continue
-            uri = f"{scheme}://{info.path}"
-            if uri in referenced:
-                continue
-            if info.mtime is not None and now - info.mtime < grace:
-                recent += 1
-                continue
-            removed.append(uri)
+    identifiers = list(identifiers)
+    listings = [_list_staging(load_table(catalog, identifier)) for identifier in identifiers]
+    referenced = _referenced_keys_in_catalog(catalog, identifiers)
+    return [
+        _collect(format_identifier(identifier), listing, referenced, grace, lease_timeout, now, dry_run)
+        for identifier, listing in zip(identifiers, listings, strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class _Staging:
+    prefix: str  # URI of the table's runs folder
+    fs: pafs.FileSystem
+    root: str  # its path in fs
+    files: list[pafs.FileInfo]
+
+
+def _list_staging(table: Table) -> _Staging:
+    prefix = f"{table.location().rstrip('/')}/{RUNS_DIR}"
+    fs, root = split_uri(prefix)
+    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+    return _Staging(prefix, fs, root, [i for i in infos if i.type == pafs.FileType.File])
+
+
+def _collect(
+    name: str,
+    staging: _Staging,
+    referenced: set[str],
+    grace: timedelta,
+    lease_timeout: timedelta,
+    now: datetime,
+    dry_run: bool,
+) -> GarbageReport:
+    fs, root = staging.fs, staging.root
+
+    def attempt_folder(path: str) -> str:  # <root>/<run-id>/<attempt-id>
+        return "/".join(path.split("/")[: root.count("/") + 3])
+
+    live = {
+        attempt_folder(i.path)
+        for i in staging.files
+        if posixpath.basename(i.path) == lease.LEASE_FILE and lease.is_live(i, now, lease_timeout)
+    }
+    doomed: dict[str, list[pafs.FileInfo]] = {}
+    recent = kept_live = 0
+    for info in staging.files:
+        folder = attempt_folder(info.path)
+        if folder in live:
+            kept_live += posixpath.basename(info.path) != lease.LEASE_FILE
+        elif _file_key(staging.prefix + info.path[len(root) :]) in referenced:
+            continue
+        elif info.mtime is not None and now - info.mtime < grace:
+            recent += 1
+        else:
+            doomed.setdefault(folder, []).append(info)
+    removed = []
+    for folder, infos in doomed.items():
+        # A lease written since the listing (whose readdir may have missed it) still protects.
+        if lease.is_live(fs.get_file_info(f"{folder}/{lease.LEASE_FILE}"), now, lease_timeout):
+            kept_live += sum(posixpath.basename(i.path) != lease.LEASE_FILE for i in infos)
+            continue
+        for info in infos:
+            removed.append(staging.prefix + info.path[len(root) :])
             if not dry_run:
                 fs.delete_file(info.path)
-        if not dry_run:
-            _remove_empty_dirs(fs, root)
-        reports.append(GarbageReport(format_identifier(identifier), removed, recent))
-    return reports
+    if not dry_run:
+        _remove_empty_dirs(fs, root)
+    return GarbageReport(name, removed, recent, kept_live)
 
 
-def _referenced_files(table: Table) -> set[str]:
-    if not table.metadata.snapshots:
-        return set()
-    return set(table.inspect.all_files().column("file_path").to_pylist())
+def _referenced_keys_in_catalog(catalog: Catalog, identifiers: Iterable[tuple[str, ...]]) -> set[str]:
+    """Every file any snapshot of any table of the catalog references (all branches and tags)."""
+    keys: set[str] = set()
+    for identifier in sorted(set(list_tables(catalog)) | set(identifiers)):
+        table = load_table(catalog, identifier)
+        keys |= _referenced_keys(table, table.metadata.snapshots)
+    return keys
+
+
+def _referenced_keys(table: Table, snapshots: Iterable[Snapshot]) -> set[str]:
+    """The files (as ``_file_key``) the snapshots reference, reading each manifest once."""
+    manifests = {m.manifest_path: m for s in snapshots for m in s.manifests(table.io)}
+    return {
+        _file_key(entry.data_file.file_path)
+        for manifest in manifests.values()
+        for entry in manifest.fetch_manifest_entry(table.io)
+    }
+
+
+def _file_key(uri: str) -> str:
+    """One spelling of a file's location, to compare paths written as ``file:///x`` or ``/x``."""
+    scheme, sep, _ = uri.partition("://")
+    if not sep:
+        return "file://" + uri
+    if scheme == "file":
+        return "file://" + split_uri(uri)[1]
+    return uri
 
 
 def _remove_empty_dirs(fs: pafs.FileSystem, root: str) -> None:

@@ -1,18 +1,51 @@
-"""Named crash points, so tests can kill a real job at a chosen moment.
+"""Named fault points, so tests can crash, hold or fail a real job at a chosen moment.
 
-Setting ``FACTORY_FAIL_AT=<point>`` makes the process die abruptly at that point, as a killed
-executor or driver would: no ``finally`` blocks, no cleanup. Unset, this costs one dict lookup.
+- ``FACTORY_FAIL_AT=<point>``: the process dies abruptly there, as a killed executor or driver
+  would: no ``finally`` blocks, no cleanup.
+- ``FACTORY_PAUSE_AT=<point>:<folder>``: the process creates ``<folder>/paused`` there and waits
+  until ``<folder>/resume`` exists, so a test can act while a job is held mid-way.
+- ``FACTORY_RAISE_ONCE_AT=<point>:<file>``: the first process to get there (of all processes,
+  e.g. Spark task attempts) creates ``<file>`` and raises; later ones pass. A task that fails once
+  and succeeds on its retry.
+
+Unset, each costs a few dict lookups.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
+from pathlib import Path
 
 ENV = "FACTORY_FAIL_AT"
+PAUSE_ENV = "FACTORY_PAUSE_AT"
+RAISE_ONCE_ENV = "FACTORY_RAISE_ONCE_AT"
+
+
+class InjectedFault(RuntimeError):
+    """Raised at a ``FACTORY_RAISE_ONCE_AT`` point."""
 
 
 def maybe_fail(point: str) -> None:
-    """Die with SIGKILL here if ``$FACTORY_FAIL_AT`` names ``point``."""
+    """Die, pause or raise here if the environment names ``point`` (see the module's doc)."""
     if os.environ.get(ENV) == point:
         os.kill(os.getpid(), signal.SIGKILL)
+    folder = _target(PAUSE_ENV, point)
+    if folder is not None:
+        Path(folder, "paused").touch()
+        while not Path(folder, "resume").exists():
+            time.sleep(0.1)
+    marker = _target(RAISE_ONCE_ENV, point)
+    if marker is not None:
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        raise InjectedFault(f"injected fault at {point} (once: {marker})")
+
+
+def _target(env: str, point: str) -> str | None:
+    """The path after ``<point>:`` in ``$env``, if it names ``point``."""
+    named, _, path = os.environ.get(env, "").partition(":")
+    return path if named == point and path else None

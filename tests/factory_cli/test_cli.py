@@ -6,12 +6,15 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from factory_cli.main import COMMANDS
 from lakehouse.commit import find_run_snapshot, snapshot_stats
+from lakehouse.lease import LEASE_FILE
+from lakehouse.lease import TIMEOUT as LEASE_TIMEOUT
 from tests.conftest import REPO, run_factory
 
 
@@ -88,6 +91,10 @@ def test_a_job_killed_before_commit_leaves_the_table_unchanged_and_gc_cleans_up(
     orphans = list((runs_dir / "doomed").rglob("*.parquet"))
     assert orphans, "the killed run should have left staged files behind"
 
+    # The killed run's leases stop being renewed; once older than the lease timeout, it is dead.
+    for path in (factory_home / "warehouse").glob(f"*/*/data/runs/doomed/*/{LEASE_FILE}"):
+        then = time.time() - LEASE_TIMEOUT.total_seconds() - 60
+        os.utime(path, (then, then))
     gc = run_factory("gc", "--grace-hours", "0")
     assert gc.returncode == 0, gc.stderr
     assert not (runs_dir / "doomed").exists()

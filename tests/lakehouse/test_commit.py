@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import re
-import time
-from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,7 +17,6 @@ from lakehouse.commit import (
     Run,
     RunOutput,
     StagedFile,
-    collect_garbage,
     commit_files,
     commit_run,
     find_run_commits,
@@ -68,7 +64,8 @@ def test_commit_writes_one_snapshot_with_lineage(catalog):
 
 def test_same_run_id_twice_commits_once(catalog):
     table = ensure_table(catalog, TABLE, DOCUMENT_SCHEMA)
-    first = commit_files(catalog, TABLE, [stage(table, new_run(), ["a"])], new_run(), {})
+    run = new_run()
+    first = commit_files(catalog, TABLE, [stage(table, run, ["a"])], run, {})
     # A retried run (new attempt, new files) with the same id must not add its rows again.
     retry = new_run()
     again = commit_files(catalog, TABLE, [stage(table, retry, ["a"])], retry, {})
@@ -77,7 +74,8 @@ def test_same_run_id_twice_commits_once(catalog):
     assert len(table.snapshots()) == 1
     assert table.scan().to_arrow().num_rows == 1
     # …and the run is found through ancestry after later commits, not only at the head.
-    commit_files(catalog, TABLE, [stage(table, new_run("run-2"), ["b"])], new_run("run-2"), {})
+    run_2 = new_run("run-2")
+    commit_files(catalog, TABLE, [stage(table, run_2, ["b"])], run_2, {})
     assert find_run_snapshot(catalog.load_table(TABLE), "run-1").snapshot_id == first.snapshot_id
     assert commit_files(catalog, TABLE, [], new_run(), {}).already_committed
 
@@ -179,25 +177,3 @@ def test_two_processes_committing_at_once_both_land_sqlite(sqlite_properties):
 
 def test_two_processes_committing_at_once_both_land_postgres(postgres, tmp_path):
     _race({"type": "sql", "uri": postgres.url, "warehouse": (tmp_path / "wh").as_uri()})
-
-
-def test_gc_removes_only_old_unreferenced_files(catalog):
-    table = ensure_table(catalog, TABLE, DOCUMENT_SCHEMA)
-    committed_run, crashed_run, running_run = new_run("ok"), new_run("crashed"), new_run("running")
-    committed = stage(table, committed_run, ["a"])
-    commit_files(catalog, TABLE, [committed], committed_run, {})
-    orphan = stage(table, crashed_run, ["b"])
-    fresh = stage(table, running_run, ["c"])
-    hour_ago = time.time() - 3600
-    for f in (committed, orphan):
-        os.utime(f.path.removeprefix("file://"), (hour_ago, hour_ago))
-
-    dry = collect_garbage(catalog, [TABLE], grace=timedelta(minutes=30), dry_run=True)
-    assert dry[0].removed == [orphan.path] and Path(orphan.path.removeprefix("file://")).exists()
-
-    (report,) = collect_garbage(catalog, [TABLE], grace=timedelta(minutes=30))
-    assert report.removed == [orphan.path]
-    assert report.kept_recent == 1
-    assert not Path(orphan.path.removeprefix("file://")).parent.exists()  # its empty folder went too
-    assert Path(fresh.path.removeprefix("file://")).exists()
-    assert catalog.load_table(TABLE).scan().to_arrow().column("doc_id").to_pylist() == ["a"]
