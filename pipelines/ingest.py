@@ -34,7 +34,7 @@ from lakehouse.schemas import (
     arrow_schema,
     require_columns,
 )
-from pipelines.ingest_inputs import InputFile, discover, encode_group, plan_tasks, read_records
+from pipelines.ingest_inputs import InputFile, check_fields, discover, encode_group, plan_tasks, read_records
 from pipelines.ingest_records import PARSED_ARROW_SCHEMA, PARSED_SCHEMA, RecordConfig
 from pipelines.spark_session import read_snapshot
 from pipelines.staging import Target, write_staged
@@ -96,6 +96,7 @@ def ingest(spark: SparkSession, catalog: Catalog, opts: IngestOptions) -> Ingest
     """Run one ingest and commit its documents and refusals."""
     out_id, q_id = opts.output_id, opts.quarantine_id
     files = discover(opts.inputs, opts.fmt, opts.include, opts.exclude)
+    check_fields(files, opts.fmt, opts.records)  # a mistyped field fails here, not as every row quarantined
     total_bytes = sum(f.size for f in files)
     run = Run(
         job="ingest",
