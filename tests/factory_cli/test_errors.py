@@ -22,12 +22,11 @@ def ingest_args(path: Path, output: str = "raw.web", *extra: str, fmt: str = "js
 
 
 def clear_error(proc: subprocess.CompletedProcess) -> str:
-    """The one-line error a failed command ended with (after whatever Spark logged)."""
+    """The one-line error a failed command ended with (among whatever Spark and its JVM logged)."""
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert not re.search(r"^Traceback", proc.stderr, re.M), proc.stderr[-3000:]
-    last = proc.stderr.rstrip().splitlines()[-1]
-    assert last.startswith("error: "), proc.stderr[-3000:]
-    return last
+    (error,) = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    return error
 
 
 def made_in(home: Path) -> list[tuple[str, ...]]:
