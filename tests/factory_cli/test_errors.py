@@ -16,6 +16,9 @@ import pytest
 
 from tests.conftest import run_factory
 
+# Every test here runs `factory ingest`, which starts Spark in its process (in the background at least).
+pytestmark = pytest.mark.engine
+
 
 def ingest_args(path: Path, output: str = "raw.web", *extra: str, fmt: str = "jsonl") -> list[str]:
     return ["ingest", "--source", "web", "--format", fmt, str(path), "--output", output, *extra]
@@ -73,6 +76,7 @@ def test_a_table_name_too_long_is_refused_before_anything_is_created(factory_hom
     assert made_in(factory_home) == []
 
 
+@pytest.mark.slow
 def test_inputs_without_the_named_fields_are_refused_before_anything_is_created(factory_home, tmp_path):
     pq.write_table(pa.table({"body": ["a"], "url": ["u"]}), tmp_path / "crawl.parquet")
     wrong_schema = clear_error(run_factory(*ingest_args(tmp_path / "crawl.parquet", fmt="parquet")))
@@ -84,6 +88,7 @@ def test_inputs_without_the_named_fields_are_refused_before_anything_is_created(
     assert made_in(factory_home) == []
 
 
+@pytest.mark.slow
 def test_a_read_only_home_is_a_clear_error(tmp_path):
     corpus = tmp_path / "a.jsonl"
     corpus.write_text('{"text": "one"}\n')
@@ -99,7 +104,6 @@ def test_a_read_only_home_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.engine
 def test_a_full_disk_ends_in_a_clear_error_and_commits_nothing(tmp_path):
     import random
     import string
@@ -117,7 +121,6 @@ def test_a_full_disk_ends_in_a_clear_error_and_commits_nothing(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.engine
 def test_spark_out_of_memory_on_a_huge_record_names_the_limit_and_the_memory_setting(factory_home, tmp_path):
     corpus = tmp_path / "huge.jsonl"
     with corpus.open("w") as out:
