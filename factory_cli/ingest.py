@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from lakehouse.catalog import load_catalog
+from lakehouse.refs import parse_identifier
 from pipelines.ingest import IngestOptions, IngestResult, ingest
 from pipelines.ingest_inputs import FORMATS
 from pipelines.ingest_records import RecordConfig
@@ -44,6 +45,8 @@ def options_from_args(args: argparse.Namespace) -> IngestOptions:
         lang_field=args.lang_field,
         max_doc_bytes=args.max_doc_bytes,
     )
+    for name in filter(None, (args.output, args.quarantine)):
+        parse_identifier(name)  # a bad table name fails now, not once Spark has started
     return IngestOptions(
         inputs=args.paths,
         fmt=args.fmt,

@@ -103,6 +103,10 @@ def _execute(module, args: argparse.Namespace) -> int:
     )
     for noisy in ("py4j", "pyiceberg", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    for handler in logging.getLogger().handlers:
+        # py4j logs its failed sends to the root logger, at INFO with a traceback, when the JVM has
+        # died: the command's own error says why it died.
+        handler.addFilter(lambda record: not (record.name == "root" and "/py4j/" in record.pathname))
     try:
         return module.run(args)
     except FactoryError as exc:
@@ -111,6 +115,14 @@ def _execute(module, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a full disk, a read-only folder, Spark out of memory: said plainly
+        from factory_cli.failures import explain
+
+        explained = explain(exc, args)
+        if explained is None:
+            raise
+        print(f"error: {explained}", file=sys.stderr)
+        return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:

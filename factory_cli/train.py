@@ -21,8 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "train") -> None
 
 
 def torchrun_command(args: argparse.Namespace) -> list[str]:
-    # --standalone: one machine, a private rendezvous on a free port (so runs never collide).
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.nproc)]
+    # torchrun (trainer.launch: torchrun, ending as its ranks did); --standalone: one machine, a
+    # private rendezvous on a free port (so runs never collide).
+    command = [sys.executable, "-m", "trainer.launch", "--standalone", "--nproc-per-node", str(args.nproc)]
     command += ["-m", "trainer.train", "--config", args.config]
     for override in args.set:
         command += ["--set", override]

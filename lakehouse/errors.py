@@ -87,3 +87,11 @@ class ValidationFailedError(FactoryError):
 
 class PublishRefusedError(FactoryError):
     """main moved (or diverged) while a snapshot was audited; main was left unchanged."""
+
+
+class StorageError(FactoryError):
+    """The file system refused an operation: full, read-only, not permitted, or a name too long."""
+
+
+class JobMemoryError(FactoryError):
+    """A job's engine (Spark's JVM) ran out of memory and the job stopped before publishing anything."""

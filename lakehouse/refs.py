@@ -16,6 +16,10 @@ from lakehouse.errors import EmptyTableError, InvalidIdentifierError, RefNotFoun
 # One conservative name rule for every part: it is safe as a path segment in any warehouse
 # (no "..", "/", scheme or whitespace can reach the table location) and in every catalog.
 _PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Each part becomes a folder name in the warehouse (file systems allow 255 bytes) and a value in
+# the catalog (Hive's metastore allows 128 characters): checked before anything is created, so a
+# name no file system or catalog can hold fails here, not after its namespace was made.
+MAX_PART_CHARS = 128
 _REF_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
 
 
@@ -34,6 +38,11 @@ def parse_identifier(text: str) -> tuple[str, ...]:
         if not _PART.match(part):
             raise InvalidIdentifierError(
                 f"invalid table identifier {text!r}: {part!r} must be letters, digits and _, not starting with a digit"
+            )
+        if len(part) > MAX_PART_CHARS:
+            raise InvalidIdentifierError(
+                f"invalid table identifier {text[:40]}…: the name {part[:20]}… has {len(part)} characters; "
+                f"at most {MAX_PART_CHARS} fit every file system and catalog. Choose a shorter name."
             )
     return parts
 

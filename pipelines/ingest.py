@@ -44,7 +44,7 @@ from lakehouse.schemas import (
     arrow_schema,
     require_columns,
 )
-from pipelines.ingest_inputs import InputFile, discover, encode_group, plan_tasks, read_records
+from pipelines.ingest_inputs import InputFile, check_fields, discover, encode_group, plan_tasks, read_records
 from pipelines.ingest_records import PARSED_ARROW_SCHEMA, PARSED_SCHEMA, RecordConfig
 from pipelines.spark_session import read_snapshot
 from pipelines.staging import Target, write_staged
@@ -110,6 +110,7 @@ def ingest(spark: SparkSession, catalog: Catalog, opts: IngestOptions) -> Ingest
     """Run one ingest and commit its documents and refusals."""
     out_id, q_id = opts.output_id, opts.quarantine_id
     files = discover(opts.inputs, opts.fmt, opts.include, opts.exclude)
+    check_fields(files, opts.fmt, opts.records)  # a mistyped field fails here, not as every row quarantined
     total_bytes = sum(f.size for f in files)
     run_id = opts.run_id or Run.new_id("ingest")
     done = run_snapshots(catalog, [out_id, q_id], run_id)

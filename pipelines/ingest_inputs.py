@@ -7,9 +7,12 @@ import io
 import math
 import posixpath
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import orjson
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -26,6 +29,11 @@ DEFAULT_INCLUDE = {
 }
 # Version-control metadata is never a document.
 SKIPPED_DIRS = frozenset({".git", ".hg", ".svn"})
+# A JSONL file's fields are judged by its first records (at most this many, from at most this
+# many bytes): enough to catch a mistyped field name, cheap for any file.
+SAMPLE_RECORDS, SAMPLE_BYTES = 100, 8 << 20
+# Files whose fields are checked at once (each check is a footer read or a short read: I/O bound).
+CHECK_THREADS = 8
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,115 @@ def _expand(given: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> I
 def _matches(relpath: str, patterns: tuple[str, ...]) -> bool:
     name = posixpath.basename(relpath)
     return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(relpath, p) for p in patterns)
+
+
+def check_fields(files: Sequence[InputFile], fmt: str, cfg: RecordConfig) -> None:
+    """Refuse, before any work, an input whose files lack a field the options name, or hold it
+    with a type no record could use (text that is not text; an id, path or language that is a
+    list or object). Parquet files are judged by their schema (the footer only); JSONL files by
+    their first records: a field that none of them has is taken as mistyped. A file that cannot
+    be read or judged (corrupt, or with no record at its start) is left to the job, which
+    quarantines its records one by one, with a reason, as before.
+    """
+    named = {
+        flag: name
+        for flag, name in (
+            ("--text-field", cfg.text_field),
+            ("--id-field", cfg.id_field),
+            ("--path-field", cfg.path_field),
+            ("--lang-field", cfg.lang_field),
+        )
+        if name
+    }
+    if fmt == "files":
+        return
+    with ThreadPoolExecutor(CHECK_THREADS) as pool:
+        problems = [p for p in pool.map(lambda f: _field_problem(f, fmt, named), files) if p]
+    if problems:
+        shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+        raise InputError(
+            f"{len(problems)} input file(s) cannot give documents with these options: {shown}. "
+            "Name the fields the files hold (--text-field, --id-field, --path-field, --lang-field), "
+            "or leave those files out; nothing was ingested."
+        )
+
+
+def _field_problem(f: InputFile, fmt: str, named: dict[str, str]) -> str | None:
+    try:
+        fields = _parquet_fields(f) if fmt == "parquet" else _jsonl_fields(f)
+    except (OSError, ValueError, EOFError):
+        return None
+    if fields is None:
+        return None
+    where = f.uri.removeprefix("file://")
+    for flag, name in named.items():
+        if name not in fields:
+            return f"{where} has no field {name!r} ({flag}); its fields: {', '.join(sorted(fields)) or 'none'}"
+        kinds, shown = fields[name]
+        if flag == "--text-field" and kinds and "text" not in kinds:
+            return f"{where}: field {name!r} ({flag}) holds {shown}, not text"
+        if flag != "--text-field" and kinds == {"nested"}:
+            return f"{where}: field {name!r} ({flag}) holds {shown}, not a single value"
+    return None
+
+
+# What a field holds, as the kinds of its (non-null) values: "text" (strings or bytes), "value"
+# (numbers, booleans, dates…) or "nested" (lists, structs, maps), and how to show its type.
+Fields = dict[str, tuple[set[str], str]]
+
+
+def _parquet_fields(f: InputFile) -> Fields:
+    fs, path = pafs.FileSystem.from_uri(f.uri)
+    with fs.open_input_file(path) as handle:
+        schema = pq.read_schema(handle)
+    return {field.name: ({_arrow_kind(field.type)}, str(field.type)) for field in schema}
+
+
+def _arrow_kind(t: pa.DataType) -> str:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "text"
+    if pa.types.is_string_view(t) or pa.types.is_binary_view(t):
+        return "text"
+    return "nested" if pa.types.is_nested(t) else "value"
+
+
+def _jsonl_fields(f: InputFile) -> Fields | None:
+    """The fields of the file's first JSON objects and the kinds of their non-null values; None
+    when its start holds no JSON object to judge by."""
+    seen: dict[str, set[str]] = {}
+    names: dict[str, set[str]] = {}
+    records, budget = 0, SAMPLE_BYTES
+    fs, path = pafs.FileSystem.from_uri(f.uri)
+    with fs.open_input_stream(path, compression="detect") as stream:
+        lines = io.BufferedReader(stream, buffer_size=1 << 20)
+        while records < SAMPLE_RECORDS and budget > 0:
+            line = lines.readline(budget)
+            if not line:
+                break
+            budget -= len(line)
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue  # malformed, or cut by the byte budget: the job quarantines such lines
+            if not isinstance(obj, dict):
+                continue
+            records += 1
+            for key, value in obj.items():
+                kinds, shown = seen.setdefault(key, set()), names.setdefault(key, set())
+                if value is not None:
+                    kinds.add(_json_kind(value))
+                    shown.add(type(value).__name__)
+    if records == 0:
+        return None
+    return {key: (kinds, "/".join(sorted(names[key])) or "null") for key, kinds in seen.items()}
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, str):
+        return "text"
+    return "nested" if isinstance(value, (dict, list)) else "value"
 
 
 def plan_tasks(files: Sequence[InputFile], parallelism: int, target_bytes: int = 64 << 20) -> list[list[InputFile]]:

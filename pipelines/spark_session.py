@@ -34,6 +34,9 @@ DEFAULT_CONF = {
 }
 
 
+# The in-process session's driver memory, unless FACTORY_SPARK_DRIVER_MEMORY says otherwise.
+DEFAULT_DRIVER_MEMORY = "4g"
+
 _early_start: threading.Thread | None = None
 
 
@@ -85,13 +88,29 @@ def _create_session(app_name: str) -> SparkSession:
         )
         builder = (
             builder.master(os.environ.get("FACTORY_SPARK_MASTER", "local[*]"))
-            .config("spark.driver.memory", os.environ.get("FACTORY_SPARK_DRIVER_MEMORY", "4g"))
+            .config("spark.driver.memory", driver_memory())
             .config("spark.driver.extraJavaOptions", options)
             .config("spark.ui.enabled", os.environ.get("FACTORY_SPARK_UI", "false"))
         )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    _quiet_accumulator_server(spark)
     return spark
+
+
+def _quiet_accumulator_server(spark: SparkSession) -> None:
+    """pyspark's accumulator server prints a traceback when the JVM dies under it (out of memory,
+    say); the job's own error says what happened, so the server's goes to the debug log."""
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda _request, address: log.debug(
+            "accumulator server: a connection from %s failed", address, exc_info=True
+        )
+
+
+def driver_memory() -> str:
+    """The driver memory an in-process session gets (``$FACTORY_SPARK_DRIVER_MEMORY``)."""
+    return os.environ.get("FACTORY_SPARK_DRIVER_MEMORY", DEFAULT_DRIVER_MEMORY)
 
 
 def start_python_workers(spark: SparkSession, module: str) -> threading.Thread:

@@ -9,6 +9,7 @@ succeeded, so the driver's list is exactly the files to commit.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections import Counter
@@ -23,6 +24,7 @@ from pyspark.sql import DataFrame
 
 from lakehouse.columns import TARGET_COLUMN
 from lakehouse.commit import StagedFile
+from lakehouse.local_files import sync_file, sync_folders
 
 REPORT_SCHEMA = "target string, path string, records long, counts string"
 
@@ -116,10 +118,15 @@ def write_partition(
                     values = rows.column(target.count_column).to_pylist()
                     counts[name].update(str(v) for v in values)
         maybe_fail("task-after-write")
-    finally:
-        for stream, writer, _ in open_files.values():
+        for stream, writer, path in open_files.values():
             writer.close()
             stream.close()
+            _make_durable(path)
+    except BaseException:
+        # A failed attempt's files are never committed: free their space now (a disk may be full).
+        for name, (stream, writer, path) in open_files.items():
+            _discard(stream, writer, path, targets[name].io_properties)
+        raise
     for name, (_, _, path) in open_files.items():
         report = {
             "target": name,
@@ -128,3 +135,25 @@ def write_partition(
             "counts": json.dumps(counts[name]),
         }
         yield pa.RecordBatch.from_pylist([report])
+
+
+def _make_durable(path: str) -> None:
+    """Sync a staged local file and the folders made for it before the driver may commit it.
+
+    Object stores need nothing: an object appears only once its upload has completed."""
+    if "://" in path and not path.startswith("file://"):
+        return
+    local = path.removeprefix("file://")
+    sync_file(local)
+    sync_folders(local)
+
+
+def _discard(stream, writer: pq.ParquetWriter, path: str, io_properties: Mapping[str, str]) -> None:
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    with contextlib.suppress(Exception):  # best effort: `factory gc` removes whatever stays
+        writer.close()
+    with contextlib.suppress(Exception):
+        stream.close()
+    with contextlib.suppress(Exception):
+        PyArrowFileIO(dict(io_properties)).delete(path)

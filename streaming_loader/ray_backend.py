@@ -22,11 +22,13 @@ naming what it was reading.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import itertools
 import logging
 import os
 import warnings
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +61,8 @@ _OUTPUT_SCHEMA = pa.schema(
 _FAILED = -1
 # The plan and tokenizer a worker has already fetched, by object id (one loader's worth).
 _WORKER_CACHE: dict[str, tuple[StreamPlan, TokenizerSpec]] = {}
+# Backends not closed yet, closed at exit by _close_at_exit.
+_OPEN: weakref.WeakSet[RayBackend] = weakref.WeakSet()
 
 
 def ensure_ray(address: str | None) -> None:
@@ -70,6 +74,27 @@ def ensure_ray(address: str | None) -> None:
     address = address or os.environ.get("RAY_ADDRESS") or None
     log.info("starting Ray (%s)", f"joining {address}" if address else "local cluster")
     ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
+
+
+def _close_before_ray_shuts_down() -> None:
+    """Have every open backend closed at exit, before Ray's own exit hook shuts Ray down.
+
+    A script that never calls ``close()`` would otherwise leave its pipelines to the garbage
+    collector, after Ray is gone: a pipeline's executor thread then calls Ray, which starts a new
+    local Ray from that thread and can hang the exit in connect. Ray registers its hook when
+    ``ray`` is imported; ``atexit`` runs hooks last-in, first-out, so ours, registered after that
+    import, runs first.
+    """
+    atexit.unregister(_close_at_exit)
+    atexit.register(_close_at_exit)
+
+
+def _close_at_exit() -> None:
+    for backend in list(_OPEN):
+        try:
+            backend.close()
+        except Exception as exc:  # an exit hook that raised would print a traceback and close no more
+            log.warning("closing the loader's Ray pipelines at exit failed: %s", exc)
 
 
 @dataclass
@@ -103,6 +128,7 @@ class RayBackend:
         import ray.data  # configures Ray Data's loggers, which the next lines quieten
 
         ensure_ray(address)
+        _close_before_ray_shuts_down()
         logging.getLogger("ray.data").setLevel(logging.WARNING)
         self.plan, self.tokenizer, self.units_ahead = plan, tokenizer, units_ahead
         self._shared = ray.put((plan, tokenizer))
@@ -111,6 +137,7 @@ class RayBackend:
         self._live: collections.deque[_Pipeline] = collections.deque()
         self.pipelines = 0
         """Pipelines started so far (for tests and the benchmark)."""
+        _OPEN.add(self)
 
     def open(self, component: int, shard: int, epoch: int, position: int) -> Iterator[UnitTokens]:
         # The feed counts from now, not from the first next(): the next pipeline already reads for it.
@@ -140,6 +167,7 @@ class RayBackend:
     def close(self) -> None:
         self.reset()
         self._shared = None
+        _OPEN.discard(self)
 
     def _get(self, key: int) -> UnitTokens:
         feed = self._feeds[key]

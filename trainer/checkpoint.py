@@ -4,6 +4,8 @@ Each holds a torch.distributed.checkpoint (DCP) of the model and optimizer, shar
 and reshardable to another number of ranks; per rank a JSON file (step, scheduler, loader
 state) and the RNG states; ``lineage.json``; and last, the ``COMPLETE`` marker. A directory
 without the marker (a crash mid-save) is ignored and replaced by the next save of that step.
+Every file and folder name is fsynced before ``COMPLETE`` is written (and it too), so a power
+loss cannot leave a complete-looking checkpoint with a torn file.
 
 Trust boundary: loading a checkpoint runs DCP's loader, which unpickles its ``.metadata`` file
 and the optimizer's non-tensor values (param groups). Load only checkpoints you (or your
@@ -14,7 +16,10 @@ pipeline) wrote. Everything this module writes itself is JSON, or tensors read b
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import json
+import os
 import re
 import shutil
 import warnings
@@ -25,9 +30,12 @@ from pathlib import Path
 import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from lakehouse.faults import maybe_fail
 from lakehouse.local_files import write_atomically
+from lakehouse.storage_errors import storage_error
 from trainer.parallel import World, barrier
 
 COMPLETE = "COMPLETE"
@@ -78,17 +86,27 @@ def save(
         shutil.rmtree(path)
     barrier(world)
     model_state, optim_state = get_state_dict(model, optimizer)
-    with _single_process_quiet():
-        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(path), no_dist=world.mesh is None)
+    try:
+        with _single_process_quiet():
+            # DCP's file writer fsyncs each file it writes, .metadata before its rename (sync_files=True).
+            dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(path), no_dist=world.mesh is None)
+    except (Exception, CheckpointException) as exc:  # DCP's own error is a BaseException
+        if _disk_full(path):  # torch's writer may report a full disk only as a short write ("unexpected pos")
+            raise storage_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))) from exc
+        raise
     rank_state = {"step": step, "world_size": world.size, "scheduler": scheduler.state_dict(), "loader": loader_state}
     _write_json(path / f"rank-{world.rank}.json", rank_state)
     rng = {"cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state()
-    torch.save(rng, path / f"rng-rank-{world.rank}.pt")
-    barrier(world)
+    buffer = io.BytesIO()
+    torch.save(rng, buffer)
+    write_atomically(path / f"rng-rank-{world.rank}.pt", buffer.getvalue())
+    barrier(world)  # every rank's files are on disk
     if world.is_main:
+        # Writing lineage.json syncs the folder, and with it the names of every file above.
         _write_json(path / "lineage.json", lineage)
+        maybe_fail(f"checkpoint-step-{step}-before-complete")
         _write_json(path / COMPLETE, {"step": step, "world_size": world.size})
         _prune(run_dir, keep)
     barrier(world)
@@ -131,6 +149,22 @@ def _prune(run_dir: Path, keep: int) -> None:
         match = _STEP_DIR.match(path.name)
         if match and int(match.group(1)) < oldest_kept and not (path / COMPLETE).exists():
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _disk_full(folder: Path) -> bool:
+    """Whether the file system holding ``folder`` now refuses even a small file."""
+    probe = folder / f".space-probe-{os.getpid()}"
+    try:
+        with open(probe, "wb") as out:
+            out.write(bytes(1 << 20))
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as exc:
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+    return False
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ from torch import nn
 
 from lakehouse.errors import FactoryError
 from lakehouse.faults import maybe_fail
+from lakehouse.storage_errors import storage_error
 from lakehouse.version import code_version
 from streaming_loader.loader import IGNORE_INDEX, StreamingLoader
 from trainer import checkpoint
@@ -237,6 +238,12 @@ def main(argv: list[str] | None = None) -> int:
         train(cfg, world, resume=args.resume)
     except FactoryError as exc:
         print(f"error (rank {world.rank}): {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a full disk or a read-only run directory (also inside DCP's errors): said plainly
+        error = storage_error(exc)
+        if error is None:
+            raise
+        print(f"error (rank {world.rank}): {error}", file=sys.stderr)
         return 2
     finally:
         shutdown(world)

@@ -76,3 +76,11 @@ def test_resolve_snapshot_ids_tags_and_branches(catalog):
         resolve(catalog, "raw.t@42")
     with pytest.raises(RefNotFoundError, match=r"refs: audit, main, v1"):
         resolve(catalog, "raw.t@v2")
+
+
+def test_a_name_too_long_for_a_file_system_or_catalog_is_refused():
+    assert parse_identifier("raw." + "t" * 128) == ("raw", "t" * 128)
+    with pytest.raises(InvalidIdentifierError, match="129 characters; at most 128"):
+        parse_identifier("raw." + "t" * 129)
+    with pytest.raises(InvalidIdentifierError, match="at most 128"):
+        TableRef.parse("n" * 300 + ".code@v1")

@@ -10,7 +10,7 @@ import pytest
 import zstandard
 
 from lakehouse.errors import InputError
-from pipelines.ingest_inputs import InputFile, discover, encode_group, plan_tasks, read_records
+from pipelines.ingest_inputs import InputFile, check_fields, discover, encode_group, plan_tasks, read_records
 from pipelines.ingest_records import RecordConfig
 
 
@@ -88,3 +88,44 @@ def test_task_plan_balances_and_keeps_every_file_once():
     assert max(loads) - min(loads) <= 7000
     assert plan_tasks(files, parallelism=2) == groups
     assert len(plan_tasks(files[:3], parallelism=2)) == 3
+
+
+def test_parquet_files_without_the_named_fields_or_with_other_types_are_refused(tmp_path):
+    pq.write_table(pa.table({"text": ["a", "b"]}), tmp_path / "good.parquet")
+    pq.write_table(pa.table({"body": ["a"], "url": ["u"]}), tmp_path / "no-text.parquet")
+    pq.write_table(pa.table({"text": [1, 2]}), tmp_path / "int-text.parquet")
+    pq.write_table(pa.table({"text": ["a"], "id": [[1, 2]]}), tmp_path / "list-id.parquet")
+    cfg = RecordConfig(source="web")
+
+    def check(name: str, cfg: RecordConfig = cfg) -> None:
+        check_fields(discover([str(tmp_path / name)], "parquet"), "parquet", cfg)
+
+    check("good.parquet")
+    with pytest.raises(InputError, match=r"no-text\.parquet.*no field 'text' \(--text-field\).*body, url"):
+        check("no-text.parquet")
+    with pytest.raises(InputError, match=r"int-text\.parquet.*'text' \(--text-field\) holds int64, not text"):
+        check("int-text.parquet")
+    with pytest.raises(InputError, match=r"list-id\.parquet.*'id' \(--id-field\) holds list<element: int64>"):
+        check("list-id.parquet", RecordConfig(source="web", id_field="id"))
+    with pytest.raises(InputError, match=r"good\.parquet.*no field 'url' \(--path-field\)"):
+        check("good.parquet", RecordConfig(source="web", path_field="url"))
+    # Every bad file of the input is named, not only the first.
+    with pytest.raises(InputError, match=r"2 input file\(s\).*int-text\.parquet.*no-text\.parquet"):
+        check_fields(discover([str(tmp_path)], "parquet"), "parquet", cfg)
+
+
+def test_jsonl_files_whose_first_records_lack_the_named_field_are_refused(tmp_path):
+    (tmp_path / "good.jsonl").write_text('{"body": "x"}\n{"text": "y"}\n')  # one record with it is enough
+    (tmp_path / "typo.jsonl.gz").write_bytes(gzip.compress(b'{"content": "x", "url": "u"}\n' * 3))
+    (tmp_path / "numbers.jsonl").write_text('{"text": 1}\n{"text": null}\n')
+    (tmp_path / "blank.jsonl").write_text("\n\n{broken\n")  # nothing to judge: left to the records' checks
+    cfg = RecordConfig(source="web")
+    for name in ("good.jsonl", "blank.jsonl"):
+        check_fields(discover([str(tmp_path / name)], "jsonl"), "jsonl", cfg)
+    with pytest.raises(InputError, match=r"typo\.jsonl\.gz.*no field 'text' \(--text-field\).*content, url"):
+        check_fields(discover([str(tmp_path / "typo.jsonl.gz")], "jsonl"), "jsonl", cfg)
+    with pytest.raises(InputError, match=r"numbers\.jsonl.*'text' \(--text-field\) holds int, not text"):
+        check_fields(discover([str(tmp_path / "numbers.jsonl")], "jsonl"), "jsonl", cfg)
+    # A corrupt file is not judged here: the job quarantines it as `unreadable`, as before.
+    (tmp_path / "corrupt.parquet").write_bytes(b"not parquet at all")
+    check_fields(discover([str(tmp_path / "corrupt.parquet")], "parquet"), "parquet", cfg)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 
 import torch
 
+from tests.durability import record_syncs
 from trainer import checkpoint
 from trainer.config import ModelConfig
 from trainer.model import Transformer
@@ -61,3 +63,23 @@ def test_partial_checkpoints_are_ignored_and_old_ones_pruned(tmp_path):
     checkpoint.save(tmp_path, 4, model, optimizer, scheduler, {}, {}, WORLD, keep=2)
     assert [s for s, _ in checkpoint.complete_checkpoints(tmp_path)] == [3, 4]
     assert json.loads((crashed / "rank-0.json").read_text())["step"] == 4
+
+
+def test_every_file_is_synced_before_complete_is_published(tmp_path, monkeypatch):
+    model, optimizer, scheduler = setup(0)
+    events = record_syncs(monkeypatch)
+    path = checkpoint.save(tmp_path, 1, model, optimizer, scheduler, {"batch": 1}, {"who": "me"}, WORLD, keep=3)
+    complete = events.renamed_to(path / checkpoint.COMPLETE)
+    assert events.first("fsync", events[complete][1]) < complete
+    for written in path.iterdir():
+        if written.name == checkpoint.COMPLETE:
+            continue
+        real = os.path.realpath(written)
+        # Synced under its own name or under the temporary name it was renamed from.
+        before = [e for e in events[:complete] if e[0] == "fsync" and e[1] in (real, real + ".tmp")]
+        assert before, f"{written.name} was not synced before COMPLETE"
+    folder = os.path.realpath(path)
+    last_rename = max(i for i, e in enumerate(events[:complete]) if e[0] == "rename")
+    assert any(e == ("fsync", folder) for e in events[last_rename:complete])  # the names are durable too
+    assert events.last("fsync", folder) > complete
+    assert events.synced(checkpoint.checkpoints_dir(tmp_path))

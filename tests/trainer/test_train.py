@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_factory
+from trainer import checkpoint
 
 STEPS = 6
 
@@ -199,3 +200,39 @@ def test_killed_run_resumes_bit_for_bit_and_on_another_world_size(setup, two_ran
     continued = losses(other)
     for step in (5, 6):
         assert continued[step] == pytest.approx(reference[step], rel=1e-4)
+
+
+@pytest.mark.slow
+def test_killed_while_saving_a_checkpoint_resumes_from_the_previous_one_bit_for_bit(setup, two_rank_run, tmp_path):
+    run_dir = tmp_path / "killed-saving"
+    # Rank 0 dies in the step-4 save after every other file is written, just before COMPLETE.
+    killed = torchrun(setup, run_dir, 2, env={"FACTORY_FAIL_AT": "checkpoint-step-4-before-complete"})
+    assert killed.returncode != 0
+    partial = run_dir / "checkpoints" / "step-4"
+    assert (partial / "lineage.json").is_file() and not (partial / "COMPLETE").exists()
+    assert checkpoint.latest_checkpoint(run_dir)[0] == 2
+
+    resumed = torchrun(setup, run_dir, 2, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    starts = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"start"' in line]
+    assert [(s["step"], s["resumed"]) for s in starts] == [(0, False), (2, True)]
+    assert losses(run_dir) == losses(two_rank_run)  # steps 3-6 again from step 2: the same floats
+    assert [s for s, _ in checkpoint.complete_checkpoints(run_dir)] == [4, 6]
+
+
+@pytest.mark.slow
+def test_a_full_disk_while_checkpointing_is_a_clear_error_and_leaves_the_last_complete_checkpoint(setup, tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    # Room for the step-2 checkpoint (about 1.5 MB) and not for the step-4 one.
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        run_dir = disk / "run"
+        proc = run_factory("train", "--config", str(setup.config), "--nproc", "1", "--set", f"run.dir='{run_dir}'")
+        assert proc.returncode == 2, proc.stderr[-4000:]
+        assert "no space left on the device" in proc.stderr, proc.stderr[-4000:]
+        assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
+        assert checkpoint.latest_checkpoint(run_dir)[0] == 2
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

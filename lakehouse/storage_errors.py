@@ -1,0 +1,73 @@
+"""What a failed file operation means, said so that a user can act on it.
+
+A full disk, a read-only or forbidden folder, or a path too long reach the top of a command as an
+``OSError`` (from Python, pyarrow or torch), as an SQLite error inside SQLAlchemy's, or only as
+text: a Spark task's Python traceback comes back to the driver as a message. ``storage_error``
+recognises each and says what to do; anything else is left to surface as the bug it is.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+from collections.abc import Iterator
+
+from lakehouse.errors import StorageError
+
+_ERRNO_TEXT = re.compile(r"\[errno (\d+)\]", re.IGNORECASE)
+# SQLite reports these in words, never with an errno.
+_SQLITE_TEXT = {"database or disk is full": errno.ENOSPC, "attempt to write a readonly database": errno.EROFS}
+
+_FULL = (
+    "no space left on the device{at}: free some space (or raise the quota) and run the command again. "
+    "Nothing half-written was published: files a failed job staged are removed by `factory gc`, "
+    "a checkpoint without COMPLETE is ignored"
+)
+_ELSEWHERE = "point FACTORY_HOME (or the catalog's warehouse, or the run's directory) at a place it can write"
+_MESSAGES = {
+    errno.ENOSPC: _FULL,
+    errno.EDQUOT: _FULL,
+    errno.EROFS: "read-only file system{at}: " + _ELSEWHERE,
+    errno.EACCES: "permission denied{at}: grant the user running this command access, or " + _ELSEWHERE,
+    errno.EPERM: "operation not permitted{at}: grant the user running this command access, or " + _ELSEWHERE,
+    errno.ENAMETOOLONG: "a path is too long for the file system{at}: use shorter table names, or a warehouse "
+    "or run directory with a shorter path",
+}
+
+
+def storage_error(exc: BaseException) -> StorageError | None:
+    """The StorageError that ``exc`` (or an exception it wraps) amounts to, or None."""
+    for seen in _chain(exc):
+        if isinstance(seen, OSError) and seen.errno in _MESSAGES:
+            return _error(seen.errno, seen.filename)
+    for text in chain_texts(exc):
+        for found in _ERRNO_TEXT.finditer(text):
+            if int(found.group(1)) in _MESSAGES:
+                return _error(int(found.group(1)), None)
+        for words, code in _SQLITE_TEXT.items():
+            if words in text:
+                return _error(code, "the catalog's database")
+    return None
+
+
+def _error(code: int, where: object) -> StorageError:
+    at = f" ({where})" if where else ""
+    return StorageError(_MESSAGES[code].format(at=at))
+
+
+def chain_texts(exc: BaseException) -> Iterator[str]:
+    """The message of ``exc`` and of each exception it wraps, skipping any that cannot say it
+    (py4j asks the JVM for a Java error's message, and the JVM may be gone)."""
+    for seen in _chain(exc):
+        try:
+            yield str(seen)
+        except Exception:
+            continue
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__

@@ -1,0 +1,29 @@
+"""``python -m trainer.launch ARGS``: torchrun (the same ARGS), ending as the ranks did.
+
+A rank that fails says why itself (``error (rank r): …``, exit status 2, or its own traceback
+for a bug); torchrun then adds a traceback of the launcher and exits 1, which tells a user
+nothing more. Here a failed run ends with one line per failed rank and exit status 2 when a rank
+reported an error of ours (1 otherwise), so ``factory train`` ends as every other command does.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.run import main as torchrun
+
+
+def main() -> int:
+    try:
+        torchrun()
+    except ChildFailedError as failed:
+        for rank, failure in sorted(failed.failures.items()):
+            how = f"was killed by {failure.signal_name()}" if failure.exitcode < 0 else f"exited {failure.exitcode}"
+            print(f"training failed: rank {rank} {how}", file=sys.stderr)
+        return 2 if any(f.exitcode == 2 for f in failed.failures.values()) else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
