@@ -5,10 +5,12 @@ and reshardable to another number of ranks; per rank a JSON file (step, schedule
 state) and the RNG states; ``lineage.json``; and last, the ``COMPLETE`` marker. A directory
 without the marker (a crash mid-save) is ignored and replaced by the next save of that step.
 
-Trust boundary: loading a checkpoint runs DCP's loader, which unpickles its ``.metadata`` file
-and the optimizer's non-tensor values (param groups). Load only checkpoints you (or your
-pipeline) wrote. Everything this module writes itself is JSON, or tensors read back with
-``torch.load(weights_only=True)``, which refuses arbitrary objects.
+Trust boundary: DCP pickles its ``.metadata`` index and the optimizer's non-tensor values
+(param groups). ``load`` reads them through ``trainer.checkpoint_reader``: the index with an
+unpickler that builds only DCP's metadata classes, the values (like the tensors and RNG states)
+with ``torch.load(weights_only=True)``; anything else is refused with a ``CheckpointError``
+without running it. Everything else this module writes is JSON. A crafted checkpoint can still
+set any weights, step or loader position: load only checkpoints you (or your pipeline) wrote.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ from pathlib import Path
 import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from lakehouse.errors import CheckpointError
 from lakehouse.local_files import write_atomically
+from trainer.checkpoint_reader import SafeFileSystemReader, SafeLoadPlanner
 from trainer.parallel import World, barrier
 
 COMPLETE = "COMPLETE"
@@ -105,8 +110,16 @@ def load(
     """Restore model, optimizer, scheduler and RNG from ``path``, resharding DCP if the world changed."""
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
+    reader = SafeFileSystemReader(path)
+    reader.read_metadata()  # refuses a crafted index here, before DCP's own error handling wraps it
     with _single_process_quiet():
-        dcp.load(state, checkpoint_id=str(path), no_dist=world.mesh is None)
+        try:
+            dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(), no_dist=world.mesh is None)
+        except CheckpointException as exc:  # DCP gathers every rank's failure into one exception
+            refused = [e for e, _ in exc.failures.values() if isinstance(e, CheckpointError)]
+            if refused:
+                raise refused[0] from None
+            raise
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
     saved_world = json.loads((path / COMPLETE).read_text())["world_size"]
