@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from lakehouse.redact import redact
@@ -28,6 +30,8 @@ SECRET = "Pw-7Hq2xZ"
         f"{{'uri': 'http://rest', 'credential': '{SECRET}', 's3.secret-access-key': '{SECRET}'}}",
         f'{{"token": "{SECRET}", "warehouse": "s3://wh"}}',
         f"PYICEBERG_CATALOG__LAKE__PASSWORD={SECRET}",
+        f"mssql+pyodbc:///?odbc_connect=PWD%3D{SECRET}",
+        f"options=a=b=password={SECRET}&sslmode=require",
     ],
 )
 def test_every_credential_form_is_redacted(text):
@@ -45,3 +49,12 @@ def test_what_is_not_a_credential_is_kept():
         "postgresql://factory:***@db/lake?password=***&sslmode=require"
     )
     assert redact("") == ""
+
+
+def test_a_long_message_costs_linear_time():
+    # An error message can be long; a pattern that backtracks over it would hang the error path.
+    texts = ["a" * 100_000, "key" * 30_000, "a=b" * 30_000, "'" + "key" * 30_000 + "': '", "http://" + "a:" * 50_000]
+    began = time.perf_counter()
+    for text in texts:
+        redact(text)
+    assert time.perf_counter() - began < 5
