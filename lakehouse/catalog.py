@@ -29,6 +29,7 @@ from pyiceberg.table import FileScanTask, Table
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 from lakehouse.errors import CatalogConfigError, TableNotFoundError, UnsupportedSnapshotError
+from lakehouse.redact import redact
 from lakehouse.refs import PinnedRef, TableRef, format_identifier, resolve_snapshot_id
 
 EMBEDDED_CATALOG_NAME = "factory"
@@ -73,11 +74,13 @@ def load_catalog(name: str | None = None) -> Catalog:
     try:
         return _race_safe(lambda: _pyiceberg_load_catalog(name))
     except Exception as exc:  # pyiceberg raises ValueError, ImportError, connection errors…
+        # pyiceberg's and SQLAlchemy's messages may repeat the URI, password included: redacted,
+        # and not chained (a printed traceback would show the original message).
         raise CatalogConfigError(
-            f"cannot load catalog {name!r}: {exc}\n"
+            f"cannot load catalog {name!r}: {type(exc).__name__}: {redact(str(exc))}\n"
             f"Configure it in ~/.pyiceberg.yaml or with PYICEBERG_CATALOG__{name.upper()}__* variables, "
             "or leave --catalog/FACTORY_CATALOG unset to use the embedded SQLite catalog."
-        ) from exc
+        ) from None
 
 
 def load_table(catalog: Catalog, identifier: tuple[str, ...]) -> Table:

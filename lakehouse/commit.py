@@ -40,6 +40,7 @@ from lakehouse.catalog import list_tables, load_table
 from lakehouse.errors import CommitError, InvalidIdentifierError, RunConflictError
 from lakehouse.faults import maybe_fail
 from lakehouse.parquet import split_uri
+from lakehouse.redact import redact
 from lakehouse.refs import format_identifier
 from lakehouse.version import code_version
 
@@ -107,7 +108,8 @@ class Run:
             "factory.run-id": self.run_id,
             "factory.attempt-id": self.attempt_id,
             "factory.job": self.job,
-            "factory.inputs": json.dumps(list(self.inputs), sort_keys=True),
+            # An input URI may carry a credential (a presigned ?token=…): none reaches a snapshot.
+            "factory.inputs": redact(json.dumps(list(self.inputs), sort_keys=True)),
             "factory.params": json.dumps(dict(self.params), sort_keys=True, default=str),
             "factory.code-version": code_version(),
             **self.properties,

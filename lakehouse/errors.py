@@ -73,6 +73,10 @@ class LoaderStateError(FactoryError):
     """A loader state that does not belong to this loader's stream or lacks this rank's shards."""
 
 
+class CheckpointError(FactoryError):
+    """A checkpoint holds something that loading it would have to execute, or cannot be read."""
+
+
 class StreamError(FactoryError):
     """The loader's readers failed (a Ray task or worker kept failing) and the stream cannot go on."""
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+import math
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,17 @@ class DataFile:
     """Size of the file in bytes."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.path, str) or not self.path:
+            raise ManifestError(f"a file's path must be a non-empty string, got {self.path!r}")
+        for name in ("record_count", "text_bytes", "file_size"):
+            _require(
+                _is_count(getattr(self, name)),
+                f"{self.path}: {name} must be an integer >= 0, got {getattr(self, name)!r}",
+            )
+        _require(
+            isinstance(self.row_groups, tuple) and all(_is_count(n) for n in self.row_groups),
+            f"{self.path}: row_groups must be a list of integers >= 0, got {self.row_groups!r}",
+        )
         if sum(self.row_groups) != self.record_count:
             raise ManifestError(f"{self.path}: row groups add up to {sum(self.row_groups)}, not {self.record_count}")
 
@@ -59,6 +71,33 @@ class ComponentManifest:
     """The ref the spec named (tag, branch or id), for the record; the snapshot id is what counts."""
     filter: str | None = None
     heldout_fraction: float = 0.0
+
+    def __post_init__(self) -> None:
+        _require(
+            isinstance(self.name, str) and bool(self.name),
+            f"component name must be a non-empty string, got {self.name!r}",
+        )
+        where = f"component {self.name!r}"
+        _require(isinstance(self.table, str) and bool(self.table), f"{where}: table must be a non-empty string")
+        _require(_is_int(self.snapshot_id), f"{where}: snapshot_id must be an integer, got {self.snapshot_id!r}")
+        _require(
+            _is_number(self.weight) and self.weight >= 0,
+            f"{where}: weight must be a finite number >= 0, got {self.weight!r}",
+        )
+        _require(
+            _is_number(self.heldout_fraction) and 0 <= self.heldout_fraction < 1,
+            f"{where}: heldout_fraction must be in [0, 1), got {self.heldout_fraction!r}",
+        )
+        _require(
+            isinstance(self.files, tuple) and all(isinstance(f, DataFile) for f in self.files),
+            f"{where}: files must be a list of files",
+        )
+        _require(isinstance(self.schema, dict), f"{where}: schema must be an object, got {self.schema!r}")
+        for name in ("ref", "filter"):
+            value = getattr(self, name)
+            _require(
+                value is None or isinstance(value, str), f"{where}: {name} must be a string or null, got {value!r}"
+            )
 
     @property
     def record_count(self) -> int:
@@ -83,12 +122,35 @@ class Manifest:
     code_version: str = ""
     format: str = FORMAT
 
+    def __post_init__(self) -> None:
+        _require(isinstance(self.name, str) and bool(self.name), f"name must be a non-empty string, got {self.name!r}")
+        _require(
+            _is_int(self.seed) and 0 <= self.seed < 2**63, f"seed must be an integer in [0, 2**63), got {self.seed!r}"
+        )
+        _require(
+            isinstance(self.components, tuple) and bool(self.components), "a manifest needs at least one component"
+        )
+        names = [c.name for c in self.components]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        _require(not repeated, f"component names must be unique: {', '.join(repeated)} repeated")
+        # Pinning normalises the weights; the loader mixes by them as they are.
+        total = math.fsum(c.weight for c in self.components)
+        _require(math.isclose(total, 1.0, abs_tol=1e-9), f"the components' weights sum to {total:g}, not 1")
+        for name in ("catalog", "heldout"):
+            value = getattr(self, name)
+            _require(
+                isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()),
+                f"{name} must map names to strings, got {value!r}",
+            )
+        _require(
+            isinstance(self.pinned_at, str) and isinstance(self.code_version, str),
+            "pinned_at and code_version must be strings",
+        )
+
     @property
     def fingerprint(self) -> str:
         """sha256 of the canonical JSON of everything that defines the stream."""
-        content = {k: v for k, v in self.to_dict().items() if k not in _NOT_FINGERPRINTED}
-        canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-        return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+        return _fingerprint(self.to_dict())
 
     def component(self, name: str) -> ComponentManifest:
         for component in self.components:
@@ -117,21 +179,24 @@ class Manifest:
                 f"{label} is not a pinned mixture manifest (format {found!r}, expected {FORMAT!r}); "
                 "make one with `factory mix pin SPEC --output MANIFEST`"
             )
-        try:
-            components = tuple(
-                ComponentManifest(
-                    **{
-                        **c,
-                        "files": tuple(DataFile(**{**f, "row_groups": tuple(f["row_groups"])}) for f in c["files"]),
-                    }
-                )
-                for c in data["components"]
-            )
-            manifest = cls(**{**{k: v for k, v in data.items() if k != "fingerprint"}, "components": components})
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ManifestError(f"{label} is malformed: {exc}") from exc
+        # An edit without a recomputed fingerprint is named as such, before what the edit broke.
         recorded = data.get("fingerprint")
-        if recorded != manifest.fingerprint:
+        if recorded != _fingerprint(data):
+            raise ManifestError(
+                f"{label} was changed after it was pinned (fingerprint {recorded} does not match its content "
+                f"{_fingerprint(data)}); pin the mixture again instead of editing the manifest"
+            )
+        # Anyone can recompute a fingerprint: the content is also checked for meaning.
+        try:
+            content = _keys(cls, {k: v for k, v in data.items() if k != "fingerprint"}, "the manifest")
+            components = content["components"]
+            _require(isinstance(components, list), f"components must be a list, got {type(components).__name__}")
+            manifest = cls(**{**content, "components": tuple(_component(c, i) for i, c in enumerate(components))})
+        except ManifestError as exc:
+            raise ManifestError(
+                f"{label} is malformed: {exc}; pin the mixture again instead of editing the manifest"
+            ) from None
+        if recorded != manifest.fingerprint:  # a key left out that has a default
             raise ManifestError(
                 f"{label} was changed after it was pinned (fingerprint {recorded} does not match its content "
                 f"{manifest.fingerprint}); pin the mixture again instead of editing the manifest"
@@ -148,3 +213,52 @@ class Manifest:
         except json.JSONDecodeError as exc:
             raise ManifestError(f"manifest {path} is not JSON: {exc}") from exc
         return cls.from_dict(data, label=f"manifest {path}")
+
+
+def _fingerprint(data: dict[str, Any]) -> str:
+    content = {k: v for k, v in data.items() if k not in _NOT_FINGERPRINTED}
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _component(data: Any, index: int) -> ComponentManifest:
+    """One component of a manifest's JSON, its keys and its files' keys checked."""
+    named = isinstance(data, dict) and isinstance(data.get("name"), str)
+    where = f"component {data['name']!r}" if named else f"component {index}"
+    _keys(ComponentManifest, data, where)
+    files = data["files"]
+    _require(isinstance(files, list), f"{where}: files must be a list, got {type(files).__name__}")
+    built = []
+    for i, f in enumerate(files):
+        _keys(DataFile, f, f"{where}: file {i}")
+        groups = f["row_groups"]
+        built.append(DataFile(**{**f, "row_groups": tuple(groups) if isinstance(groups, list) else groups}))
+    return ComponentManifest(**{**data, "files": tuple(built)})
+
+
+def _keys(cls: type, data: Any, where: str) -> dict[str, Any]:
+    """``data`` if it is an object holding every required field of ``cls`` and nothing else."""
+    _require(isinstance(data, dict), f"{where} must be an object, got {type(data).__name__}")
+    known = {f.name: f for f in fields(cls)}
+    missing = [n for n, f in known.items() if n not in data and f.default is MISSING and f.default_factory is MISSING]
+    _require(not missing, f"{where}: missing key(s) {', '.join(missing)}")
+    unknown = sorted(set(data) - set(known))
+    _require(not unknown, f"{where}: unknown key(s) {', '.join(unknown)}")
+    return data
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ManifestError(message)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON true is not a count
+
+
+def _is_count(value: Any) -> bool:
+    return _is_int(value) and value >= 0
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from datetime import UTC, datetime
 
 from pyiceberg.catalog import Catalog
@@ -21,6 +20,7 @@ from pyiceberg.schema import Schema
 from lakehouse.catalog import plan_snapshot, resolve, snapshot_schema
 from lakehouse.errors import MixtureSpecError
 from lakehouse.parquet import open_parquet
+from lakehouse.redact import redact
 from lakehouse.schemas import require_columns
 from lakehouse.version import code_version
 from mixtures import heldout
@@ -111,9 +111,10 @@ def _describe(task_file, label: str) -> DataFile:
 
 
 def catalog_provenance(catalog: Catalog) -> dict[str, str]:
-    """The catalog's name and URI without any password, for the manifest's record."""
+    """The catalog's name and URI without any credential, for the manifest's record (the loader
+    never needs them: it reads data files by URI, and lineage finds the catalog by its name)."""
     found = {"name": catalog.name}
     uri = catalog.properties.get("uri")
     if uri:
-        found["uri"] = re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", uri)
+        found["uri"] = redact(uri)
     return found

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lakehouse.errors import DataFileError, LoaderConfigError
+from lakehouse.errors import DataFileError, LoaderStateError
 from lakehouse.parquet import missing_files
 from mixtures.manifest import Manifest
 from streaming_loader.config import LoaderConfig
@@ -143,8 +143,19 @@ class StreamingLoader:
         batch, deficits, cursors = check_state(
             state, self._stream_definition(), list(self.config.rank_shards), self.components
         )
-        if len(deficits) != len(self.components):
-            raise LoaderConfigError("the state's schedule does not match the manifest's components")
+        if not self.schedule.reachable(deficits):
+            raise LoaderStateError(
+                f"the state's schedule {deficits} is not one the mixing schedule can reach (its deficits sum to 0 "
+                "and stay within a few sequences); resume from a state saved by state_dict()"
+            )
+        for shard, by_name in cursors.items():
+            for component, name in enumerate(self.components):
+                position, length = by_name[name].position, self.plan.slice_length(component, shard)
+                if position >= max(length, 1):  # a sub-stream that has no rows stays at 0
+                    raise LoaderStateError(
+                        f"the state's shard {shard}, component {name!r}: position {position} is outside the "
+                        f"shard's slice of {length} documents"
+                    )
         self._close_streams()
         self._backend.reset()
         self._batch, self._deficits, self._cursors = batch, deficits, cursors

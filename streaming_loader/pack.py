@@ -136,10 +136,17 @@ class SubStream:
         start = self._start
         self._doc = int(np.searchsorted(unit.positions, start.position))
         if start.token:
+            label = f"{self.plan.components[self.component].label}, shard {self.shard}"
             if self._doc >= unit.n_docs or unit.positions[self._doc] != start.position:
                 raise LoaderStateError(
-                    f"{self.plan.components[self.component].label}, shard {self.shard}: the state points inside "
-                    f"document {start.position} of epoch {start.epoch}, which the data does not hold"
+                    f"{label}: the state points inside document {start.position} of epoch {start.epoch}, which the "
+                    "data does not hold"
+                )
+            length = int(unit.offsets[self._doc + 1] - unit.offsets[self._doc])
+            if start.token > length:  # the separator, token `length`, is the last one a cursor can name
+                raise LoaderStateError(
+                    f"{label}: the state points at token {start.token} of document {start.position} of epoch "
+                    f"{start.epoch}, which has {length} tokens and a separator"
                 )
             self._tok = start.token
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -69,3 +70,16 @@ class PostgresServer:
     @property
     def url(self) -> str:
         return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/postgres"
+
+    def add_password_role(self, role: str, password: str) -> None:
+        """A superuser role that must log in over TCP with ``password`` (SCRAM), unlike ``postgres``."""
+        import psycopg2
+
+        hba = self.data / "pg_hba.conf"
+        rule = f"host all {role} 127.0.0.1/32 scram-sha-256\n"
+        hba.write_text(rule + hba.read_text())  # first matching line wins
+        with contextlib.closing(psycopg2.connect(self.url.replace("+psycopg2", ""))) as connection:
+            connection.autocommit = True
+            with connection.cursor() as cursor:
+                cursor.execute(f"CREATE ROLE {role} LOGIN SUPERUSER PASSWORD %s", (password,))
+                cursor.execute("SELECT pg_reload_conf()")

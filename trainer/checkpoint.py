@@ -7,10 +7,12 @@ without the marker (a crash mid-save) is ignored and replaced by the next save o
 Every file and folder name is fsynced before ``COMPLETE`` is written (and it too), so a power
 loss cannot leave a complete-looking checkpoint with a torn file.
 
-Trust boundary: loading a checkpoint runs DCP's loader, which unpickles its ``.metadata`` file
-and the optimizer's non-tensor values (param groups). Load only checkpoints you (or your
-pipeline) wrote. Everything this module writes itself is JSON, or tensors read back with
-``torch.load(weights_only=True)``, which refuses arbitrary objects.
+Trust boundary: DCP pickles its ``.metadata`` index and the optimizer's non-tensor values
+(param groups). ``load`` reads them through ``trainer.checkpoint_reader``: the index with an
+unpickler that builds only DCP's metadata classes, the values (like the tensors and RNG states)
+with ``torch.load(weights_only=True)``; anything else is refused with a ``CheckpointError``
+without running it. Everything else this module writes is JSON. A crafted checkpoint can still
+set any weights, step or loader position: load only checkpoints you (or your pipeline) wrote.
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from lakehouse.errors import CheckpointError
 from lakehouse.faults import maybe_fail
 from lakehouse.local_files import write_atomically
 from lakehouse.storage_errors import storage_error
+from trainer.checkpoint_reader import SafeFileSystemReader, SafeLoadPlanner
 from trainer.parallel import World, barrier
 
 COMPLETE = "COMPLETE"
@@ -123,8 +127,16 @@ def load(
     """Restore model, optimizer, scheduler and RNG from ``path``, resharding DCP if the world changed."""
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
+    reader = SafeFileSystemReader(path)
+    reader.read_metadata()  # refuses a crafted index here, before DCP's own error handling wraps it
     with _single_process_quiet():
-        dcp.load(state, checkpoint_id=str(path), no_dist=world.mesh is None)
+        try:
+            dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(), no_dist=world.mesh is None)
+        except CheckpointException as exc:  # DCP gathers every rank's failure into one exception
+            refused = [e for e, _ in exc.failures.values() if isinstance(e, CheckpointError)]
+            if refused:
+                raise refused[0] from None
+            raise
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
     saved_world = json.loads((path / COMPLETE).read_text())["world_size"]

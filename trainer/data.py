@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse.catalog import EMBEDDED_CATALOG_NAME
 from lakehouse.catalog import load_catalog as load_named_catalog
+from lakehouse.redact import redact
 from trainer.config import Config
 from trainer.lineage import pipeline_runs
 from trainer.parallel import World
@@ -82,7 +83,8 @@ def lineage_base(cfg: Config, loader: StreamingLoader) -> dict[str, Any]:
             "name": manifest.name,
             "fingerprint": manifest.fingerprint,
             "seed": manifest.seed,
-            "catalog": manifest.catalog,
+            # Redacted again: a manifest pinned by an older version may hold a password.
+            "catalog": {key: redact(value) for key, value in manifest.catalog.items()},
             "pinned_at": manifest.pinned_at,
         },
         "tokenizer": {"path": str(Path(cfg.data.tokenizer).resolve()), "sha256": loader.tokenizer.sha256},
@@ -95,14 +97,16 @@ def lineage_base(cfg: Config, loader: StreamingLoader) -> dict[str, Any]:
         for entry in components:
             entry["runs"] = pipeline_runs(catalog, entry["table"], entry["snapshot_id"], memo)
     except Exception as exc:  # the run goes on: training must not stop because the catalog is unreachable
-        log.warning("lineage: pipeline runs unavailable (%s); checkpoints record the manifest only", exc)
-        lineage["lineage_error"] = f"{type(exc).__name__}: {exc}"
+        reason = f"{type(exc).__name__}: {redact(str(exc))}"  # a driver's message may repeat the URI
+        log.warning("lineage: pipeline runs unavailable (%s); checkpoints record the manifest only", reason)
+        lineage["lineage_error"] = reason
     return lineage
 
 
 def _catalog_of(record: dict[str, str]):
     """The catalog a manifest was pinned in: the embedded one at its recorded SQLite URI, or a
-    named one from pyiceberg configuration."""
+    named one from pyiceberg configuration (never from the recorded URI, whose credentials are
+    redacted)."""
     from pyiceberg.catalog import load_catalog
 
     name, uri = record.get("name"), record.get("uri", "")

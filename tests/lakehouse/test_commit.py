@@ -62,6 +62,17 @@ def test_commit_writes_one_snapshot_with_lineage(catalog):
     assert sorted(table.scan().to_arrow().column("doc_id").to_pylist()) == ["a", "b", "c"]
 
 
+def test_a_credential_in_an_input_uri_never_reaches_the_snapshot(catalog):
+    table = ensure_table(catalog, TABLE, DOCUMENT_SCHEMA)
+    run = Run(
+        job="test", run_id="run-1", params={}, inputs=[{"uri": "s3://b/in.jsonl?X-Amz-Signature=s3cr3t&token=t0k3n"}]
+    )
+    commit_files(catalog, TABLE, [stage(table, run, ["a"])], run, {})
+    summary = catalog.load_table(TABLE).current_snapshot().summary
+    recorded = json.loads(summary["factory.inputs"])[0]["uri"]
+    assert "s3cr3t" not in recorded and "t0k3n" not in recorded and recorded.startswith("s3://b/in.jsonl?")
+
+
 def test_same_run_id_twice_commits_once(catalog):
     table = ensure_table(catalog, TABLE, DOCUMENT_SCHEMA)
     run = new_run()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import pickle
 
+import pytest
 import torch
 
+from lakehouse.errors import CheckpointError
 from tests.durability import record_syncs
 from trainer import checkpoint
 from trainer.config import ModelConfig
@@ -83,3 +87,50 @@ def test_every_file_is_synced_before_complete_is_published(tmp_path, monkeypatch
     assert any(e == ("fsync", folder) for e in events[last_rename:complete])  # the names are durable too
     assert events.last("fsync", folder) > complete
     assert events.synced(checkpoint.checkpoints_dir(tmp_path))
+
+
+class _CreatesMarker:
+    """Unpickling this creates a file: what a crafted checkpoint would do to run code."""
+
+    def __init__(self, marker) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_crafted_metadata_file_is_refused_without_running_it(tmp_path):
+    model, optimizer, scheduler = setup(0)
+    path = checkpoint.save(tmp_path, 1, model, optimizer, scheduler, {}, {}, WORLD, keep=3)
+    marker = tmp_path / "ran"
+    (path / ".metadata").write_bytes(pickle.dumps(_CreatesMarker(marker)))
+
+    with pytest.raises(CheckpointError, match=r"\.metadata.*io\.open is not part of.*refused without running it"):
+        checkpoint.load(path, *setup(1), WORLD)
+    assert not marker.exists()
+
+
+def test_a_crafted_optimizer_value_is_refused_without_running_it(tmp_path):
+    """DCP stores non-tensor values (the optimizer's param groups) as pickles in the shard files."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+
+    model, optimizer, scheduler = setup(0)
+    path = checkpoint.save(tmp_path, 1, model, optimizer, scheduler, {}, {}, WORLD, keep=3)
+    marker = tmp_path / "ran"
+    payload = io.BytesIO()
+    torch.save(_CreatesMarker(marker), payload)
+    shard = path / "__0_0.distcp"
+    offset = shard.stat().st_size
+    with shard.open("ab") as f:
+        f.write(payload.getvalue())
+    metadata = pickle.loads((path / ".metadata").read_bytes())  # the real one: only DCP's classes
+    key = MetadataIndex("optim.param_groups.0.lr")
+    metadata.storage_data[key] = _StorageInfo("__0_0.distcp", offset, len(payload.getvalue()))
+    (path / ".metadata").write_bytes(pickle.dumps(metadata))
+
+    with pytest.raises(
+        CheckpointError, match=r"'optim\.param_groups\.0\.lr' is not plain data \(Unsupported global: GLOBAL io\.open"
+    ):
+        checkpoint.load(path, *setup(1), WORLD)
+    assert not marker.exists()

@@ -1,0 +1,59 @@
+"""Credentials out of anything the factory writes or prints about a catalog's configuration.
+
+A catalog's URI, its pyiceberg properties and the messages of errors raised while loading it can
+carry a secret in several forms: URI userinfo (``user:pw@``, ``:pw@``), query parameters
+(``?password=``, ``?PWD=``, ``?sas_token=``…, also percent-encoded inside another parameter, as
+in ``odbc_connect``), ``KEY=value`` pairs and Python or JSON mappings (``{'token': '…'}``).
+``redact`` replaces each such value with ``***`` and keeps the rest, so a manifest, a lineage
+record, a log line or an error message still says which catalog it was. It works on free text,
+so it also cleans an exception's message that repeats a URI.
+"""
+
+from __future__ import annotations
+
+import re
+
+MASK = "***"
+
+# A key names a credential when it holds one of these, in any case: password, passwd, pwd,
+# secret, token, api_key, access_key, secret_key, sas_token, credential, auth(orization),
+# sig(nature) (Azure SAS). Masking a harmless value by mistake costs nothing; missing one leaks it.
+_SECRET_KEY = re.compile(r"pass|pwd|secret|token|key|credential|auth|sig", re.IGNORECASE)
+
+# Every pattern starts where a run of its characters starts (the look-behinds) and has one way to
+# match each run, so a long message costs linear time.
+#
+# scheme://user:password@ (user may be empty). The password runs to the '@' before the host, as
+# SQLAlchemy and urllib read it; it may hold '/', '?' or ':'.
+_USERINFO = re.compile(r"(?<![\w+.\-])(?P<head>[A-Za-z][\w+.\-]*://[^\s:/@'\"]*):[^\s@'\"]*@")
+# KEY= in a query string, a DSN or an environment line, and the value after it; '=' and the
+# separators may be percent-encoded when the pair sits inside another parameter's value.
+_ASSIGN = re.compile(r"(?<![\w.\-])(?P<key>[\w.\-]+)(?:=|%3[dD])")
+_VALUE = re.compile(r"(?:(?!%26|%3[bB])[^\s&;#'\",}])*")
+# 'KEY': 'value' or "KEY": "value" in a printed mapping or JSON.
+_QUOTED = re.compile(r"(?P<head>(?P<q>['\"])(?P<key>[\w.\-]+)(?P=q)\s*:\s*)(?P<value>'[^'\n]*'|\"[^\"\n]*\")")
+
+
+def redact(text: str) -> str:
+    """``text`` with every credential value it holds replaced by ``***``."""
+    text = _USERINFO.sub(lambda m: f"{m['head']}:{MASK}@", text)
+    text = _QUOTED.sub(_quoted, text)
+    return _mask_pairs(text)
+
+
+def _quoted(match: re.Match[str]) -> str:
+    if not _SECRET_KEY.search(match["key"]):
+        return match[0]
+    quote = match["value"][0]
+    return f"{match['head']}{quote}{MASK}{quote}"
+
+
+def _mask_pairs(text: str) -> str:
+    # Only a secret's value is consumed: the value of any other key may hold pairs itself
+    # (odbc_connect=DRIVER%3D…%3BPWD%3D…), found by the same scan.
+    pieces, done = [], 0
+    for match in _ASSIGN.finditer(text):
+        if match.start() >= done and _SECRET_KEY.search(match["key"]):
+            pieces += [text[done : match.end()], MASK]
+            done = _VALUE.match(text, match.end()).end()
+    return "".join([*pieces, text[done:]])

@@ -1,0 +1,97 @@
+"""Reading a DCP checkpoint without running anything it holds (docs/architecture.md, "Checkpoints").
+
+torch.distributed.checkpoint keeps its index (``.metadata``) as a plain pickle and the
+optimizer's non-tensor values (param groups) as ``torch.save`` pickles inside the shard files,
+and its stock reader and planner load both with the full unpickler: a crafted file would run
+code on ``--resume``. These subclasses read the index through an unpickler that builds only the
+classes DCP's metadata is made of, and the values with ``torch.load(weights_only=True)``;
+anything else is refused with a ``CheckpointError`` before it is built. Tensors were already
+read with ``weights_only=True`` by DCP itself.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import re
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
+from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.planner import ReadItem
+
+from lakehouse.errors import CheckpointError
+
+_METADATA = "torch.distributed.checkpoint.metadata"
+# Every global a DCP index of torch 2.13 refers to (checked against checkpoints of this trainer,
+# one process and FSDP2). Each is a data holder or a pure lookup: building one runs no code of
+# the file's choosing.
+_ALLOWED = {
+    (_METADATA, "Metadata"),
+    (_METADATA, "StorageMeta"),
+    (_METADATA, "MetadataIndex"),
+    (_METADATA, "TensorStorageMetadata"),
+    (_METADATA, "BytesStorageMetadata"),
+    (_METADATA, "ChunkStorageMetadata"),
+    (_METADATA, "TensorProperties"),
+    (_METADATA, "_MEM_FORMAT_ENCODING"),
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),  # a torch.layout by its name
+    ("collections", "OrderedDict"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "PurePosixPath"),
+    ("pathlib._local", "PosixPath"),  # where Python 3.13 keeps it
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _ALLOWED or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not part of a checkpoint's metadata")
+
+
+class SafeFileSystemReader(FileSystemReader):
+    """``FileSystemReader`` whose ``.metadata`` is unpickled through an allow-list."""
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        path = self._get_metadata_path(kwargs.get("rank"))
+        try:
+            with self.fs.create_stream(path, "rb") as stream:
+                metadata = _MetadataUnpickler(stream).load()
+        except OSError as exc:
+            raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}; the checkpoint is damaged") from None
+        except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError, IndexError) as exc:
+            raise CheckpointError(
+                f"{path} is not a checkpoint's metadata that can be read safely ({exc}); it was refused "
+                "without running it. Resume only from checkpoints your own runs wrote"
+            ) from None
+        if not isinstance(metadata, Metadata):
+            raise CheckpointError(f"{path} holds a {type(metadata).__name__}, not a checkpoint's metadata")
+        if metadata.storage_meta is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+class SafeLoadPlanner(DefaultLoadPlanner):
+    """``DefaultLoadPlanner`` that reads non-tensor values with ``torch.load(weights_only=True)``."""
+
+    def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+        fqn = read_item.dest_index.fqn
+        try:
+            loaded = torch.load(value, weights_only=True)
+        except pickle.UnpicklingError as exc:
+            # torch's message is a page of advice to load it unsafely; keep only what was refused.
+            found = re.search(r"WeightsUnpickler error: (.*?)(?:\.\s|$)", str(exc))
+            raise CheckpointError(
+                f"the checkpoint's value {fqn!r} is not plain data ({found[1] if found else 'not weights-only'}); "
+                "it was refused without running it. Resume only from checkpoints your own runs wrote"
+            ) from None
+        if self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[fqn], loaded)
+        else:
+            self.state_dict[fqn] = loaded
