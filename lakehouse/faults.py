@@ -7,6 +7,8 @@
 - ``FACTORY_RAISE_ONCE_AT=<point>:<file>``: the first process to get there (of all processes,
   e.g. Spark task attempts) creates ``<file>`` and raises; later ones pass. A task that fails once
   and succeeds on its retry.
+- ``FACTORY_KILL_ONCE_AT=<point>:<file>``: the same, but the first one dies abruptly (SIGKILL), as
+  a lost executor would, with no chance to clean up.
 
 Unset, each costs a few dict lookups.
 """
@@ -21,6 +23,7 @@ from pathlib import Path
 ENV = "FACTORY_FAIL_AT"
 PAUSE_ENV = "FACTORY_PAUSE_AT"
 RAISE_ONCE_ENV = "FACTORY_RAISE_ONCE_AT"
+KILL_ONCE_ENV = "FACTORY_KILL_ONCE_AT"
 
 
 class InjectedFault(RuntimeError):
@@ -37,12 +40,20 @@ def maybe_fail(point: str) -> None:
         while not Path(folder, "resume").exists():
             time.sleep(0.1)
     marker = _target(RAISE_ONCE_ENV, point)
-    if marker is not None:
-        try:
-            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            return
+    if marker is not None and _first_here(marker):
         raise InjectedFault(f"injected fault at {point} (once: {marker})")
+    marker = _target(KILL_ONCE_ENV, point)
+    if marker is not None and _first_here(marker):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _first_here(marker: str) -> bool:
+    """True for the first process of all to create ``marker``."""
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
 
 
 def _target(env: str, point: str) -> str | None:
