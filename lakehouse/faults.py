@@ -4,11 +4,9 @@
   would: no ``finally`` blocks, no cleanup.
 - ``FACTORY_PAUSE_AT=<point>:<folder>``: the process creates ``<folder>/paused`` there and waits
   until ``<folder>/resume`` exists, so a test can act while a job is held mid-way.
-- ``FACTORY_RAISE_ONCE_AT=<point>:<file>``: the first process to get there (of all processes,
-  e.g. Spark task attempts) creates ``<file>`` and raises; later ones pass. A task that fails once
-  and succeeds on its retry.
-- ``FACTORY_KILL_ONCE_AT=<point>:<file>``: the same, but the first one dies abruptly (SIGKILL), as
-  a lost executor would, with no chance to clean up.
+- ``FACTORY_KILL_ONCE_AT=<point>:<file>``: the first process to get there (of all processes,
+  e.g. Spark task attempts) creates ``<file>`` and dies abruptly, as a lost executor would, with no
+  chance to clean up; later ones pass. A task that fails once and succeeds on its retry.
 
 Unset, each costs a few dict lookups.
 """
@@ -22,16 +20,11 @@ from pathlib import Path
 
 ENV = "FACTORY_FAIL_AT"
 PAUSE_ENV = "FACTORY_PAUSE_AT"
-RAISE_ONCE_ENV = "FACTORY_RAISE_ONCE_AT"
 KILL_ONCE_ENV = "FACTORY_KILL_ONCE_AT"
 
 
-class InjectedFault(RuntimeError):
-    """Raised at a ``FACTORY_RAISE_ONCE_AT`` point."""
-
-
 def maybe_fail(point: str) -> None:
-    """Die, pause or raise here if the environment names ``point`` (see the module's doc)."""
+    """Die or pause here if the environment names ``point`` (see the module's doc)."""
     if os.environ.get(ENV) == point:
         os.kill(os.getpid(), signal.SIGKILL)
     folder = _target(PAUSE_ENV, point)
@@ -39,9 +32,6 @@ def maybe_fail(point: str) -> None:
         Path(folder, "paused").touch()
         while not Path(folder, "resume").exists():
             time.sleep(0.1)
-    marker = _target(RAISE_ONCE_ENV, point)
-    if marker is not None and _first_here(marker):
-        raise InjectedFault(f"injected fault at {point} (once: {marker})")
     marker = _target(KILL_ONCE_ENV, point)
     if marker is not None and _first_here(marker):
         os.kill(os.getpid(), signal.SIGKILL)
