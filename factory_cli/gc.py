@@ -10,9 +10,9 @@ import argparse
 from datetime import timedelta
 
 from lakehouse.catalog import list_tables, load_catalog
-from lakehouse.commit import collect_garbage
 from lakehouse.errors import InputError
 from lakehouse.refs import parse_identifier
+from lakehouse.staging_gc import collect_garbage
 
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "gc") -> None:

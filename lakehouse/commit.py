@@ -6,10 +6,10 @@
 3. One Iceberg snapshot per table per run, its summary carrying ``factory.*`` lineage.
 4. A run id already in the branch's ancestry makes the commit a no-op; a lost race is retried,
    re-checking that ancestry each time, a bounded number of times. A run id is bound to the job,
-   parameters and inputs it first committed with (``find_run_commits``): a retry with the same
-   ones finishes what is missing, table by table (``commit_run``); with others it is refused.
+   parameters and inputs it first committed with (``run_binding.find_run_commits``): a retry with the same
+   ones finishes what is missing, table by table (``run_binding.commit_run``); with others it is refused.
 5. A commit takes only files under its own attempt's staging prefix for that table.
-6. Files of attempts that never committed are removed by ``collect_garbage`` after a grace
+6. Files of attempts that never committed are removed by ``staging_gc.collect_garbage`` after a grace
    period, unless any table of the catalog references them or their run still holds its lease
    (``lease.py``).
 """
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import posixpath
 import random
 import re
 import time
@@ -26,18 +25,17 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-import pyarrow.fs as pafs
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from sqlalchemy.exc import OperationalError
 
 from lakehouse import lease
-from lakehouse.catalog import list_tables, load_table
-from lakehouse.errors import CommitError, InvalidIdentifierError, RunConflictError
+from lakehouse.catalog import load_table
+from lakehouse.errors import CommitError, InvalidIdentifierError
 from lakehouse.faults import maybe_fail
 from lakehouse.parquet import split_uri
 from lakehouse.redact import redact
@@ -50,10 +48,6 @@ MAIN_BRANCH = "main"
 RUNS_DIR = "data/runs"
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}\Z")
 STATS_PREFIX = "factory.stats."
-# Summary keys that are not among a run's further properties: its own fields, and the attempt and
-# code that made the snapshot, which a retry changes (a run id's binding: ``_binding``).
-_NOT_PROPERTIES = {"factory.run-id", "factory.attempt-id", "factory.code-version", "factory.job", "factory.params",
-                   "factory.inputs"}  # fmt: skip
 
 # Errors after which the commit may or may not have landed and a fresh attempt is safe because
 # the run id is looked up first. SQLite answers a concurrent writer with "database is locked".
@@ -116,10 +110,6 @@ class Run:
         }
         props.update({f"{STATS_PREFIX}{name}": str(value) for name, value in stats.items()})
         return props
-
-    def binding(self) -> dict[str, object]:
-        """What this run id stands for: its job, parameters, inputs and properties, as recorded."""
-        return _binding(self.summary({}))
 
 
 @dataclass(frozen=True)
@@ -229,10 +219,10 @@ def _check_staged(name: str, prefix: str, paths: Sequence[str]) -> None:
     twice = sorted(path for path, n in Counter(paths).items() if n > 1)
     if twice:
         raise CommitError(f"{name}: refusing to commit {twice[0]}: it is listed more than once. Nothing was committed.")
-    root = _file_key(prefix) + "/"
+    root = file_key(prefix) + "/"
     foreign = []
     for path in paths:
-        key = _file_key(path)
+        key = file_key(path)
         parts = key.removeprefix(root).split("/")
         if not key.startswith(root) or any(part in ("", ".", "..") for part in parts):
             foreign.append(path)
@@ -248,9 +238,9 @@ def _refuse_files_in_branch(name: str, table: Table, branch: str, paths: Sequenc
     ref = table.metadata.refs.get(branch)
     if ref is None or not paths:
         return
-    present = _referenced_keys(table, [table.snapshot_by_id(ref.snapshot_id)]) & {_file_key(p) for p in paths}
+    present = referenced_keys(table, [table.snapshot_by_id(ref.snapshot_id)]) & {file_key(p) for p in paths}
     if present:
-        twice = sorted(p for p in paths if _file_key(p) in present)
+        twice = sorted(p for p in paths if file_key(p) in present)
         raise CommitError(
             f"refusing to commit {twice[0]}: it is already in {name} (branch {branch}); committing it "
             "again would duplicate its rows. Nothing was committed."
@@ -273,277 +263,17 @@ def committed_result(identifier: tuple[str, ...], snapshot: Snapshot) -> CommitR
     return CommitResult(format_identifier(identifier), snapshot.snapshot_id, files, records, already_committed=True)
 
 
-# --- run ids bound to what they ran (docs/architecture.md, "The commit protocol", step 4) ------
-
-
-def run_snapshots(
-    catalog: Catalog, identifiers: Iterable[tuple[str, ...]], run_id: str, *, branch: str = MAIN_BRANCH
-) -> dict[tuple[str, ...], Snapshot | None]:
-    """The snapshot run ``run_id`` committed to ``branch`` of each table; None where it has not
-    (or the table does not exist). Nothing is checked: see ``find_run_commits``."""
-    found: dict[tuple[str, ...], Snapshot | None] = {}
-    for identifier in identifiers:
-        try:
-            table = catalog.load_table(identifier)
-        except NoSuchTableError:
-            found[identifier] = None
-            continue
-        found[identifier] = find_run_snapshot(table, run_id, branch)
-    return found
-
-
-def check_run_commits(
-    run: Run, snapshots: Mapping[tuple[str, ...], Snapshot | None], *, branch: str = MAIN_BRANCH
-) -> None:
-    """Raise ``RunConflictError`` if one of ``snapshots`` (the run's earlier commits) was made
-    with another job, other parameters, inputs or properties than ``run``."""
-    for identifier, snapshot in snapshots.items():
-        if snapshot is not None:
-            _check_binding(run, snapshot, _place(identifier, branch))
-
-
-def find_run_commits(
-    catalog: Catalog, run: Run, identifiers: Iterable[tuple[str, ...]], *, branch: str = MAIN_BRANCH
-) -> dict[tuple[str, ...], Snapshot | None]:
-    """What ``run`` already committed to ``branch`` of each table (None where nothing yet), each
-    checked to be bound to the run's job, parameters and inputs: ``RunConflictError`` otherwise."""
-    found = run_snapshots(catalog, identifiers, run.run_id, branch=branch)
-    check_run_commits(run, found, branch=branch)
-    return found
-
-
-@dataclass(frozen=True)
-class RunOutput:
-    """What a run commits to one table: the files its tasks staged, for ``branch``."""
-
-    identifier: tuple[str, ...]
-    files: Sequence[StagedFile]
-    branch: str = MAIN_BRANCH
-
-
-def commit_run(
-    catalog: Catalog, run: Run, outputs: Sequence[RunOutput], stats: Mapping[str, object]
-) -> list[CommitResult]:
-    """Commit each output in order, one snapshot per table, all with the same summary.
-
-    A table that already holds this run's snapshot is not committed again: a retry finishes
-    only what an earlier attempt left missing. That snapshot must have been made with this
-    run's parameters and inputs and have recorded the same ``stats`` (the same counts show the
-    retry redid the same work); otherwise ``RunConflictError``, and nothing more is committed.
-    """
-    results = []
-    for n, output in enumerate(outputs):
-        if n:
-            maybe_fail("between-commits")
-        result = commit_files(catalog, output.identifier, output.files, run, stats, branch=output.branch)
-        if result.already_committed:
-            snapshot = load_table(catalog, output.identifier).snapshot_by_id(result.snapshot_id)
-            place = _place(output.identifier, output.branch)
-            _check_binding(run, snapshot, place)
-            _check_stats(run, snapshot, stats, place)
-            result = committed_result(output.identifier, snapshot)
-        results.append(result)
-    return results
-
-
-def _binding(summary: Mapping[str, str]) -> dict[str, object]:
-    """The part of a run's snapshot summary that its run id is bound to, as plain JSON."""
-    return {
-        "job": summary.get("factory.job"),
-        "params": json.loads(summary.get("factory.params", "{}")),
-        "inputs": json.loads(summary.get("factory.inputs", "[]")),
-        "properties": {
-            key: value
-            for key, value in sorted(summary.items())
-            if key.startswith("factory.") and key not in _NOT_PROPERTIES and not key.startswith(STATS_PREFIX)
-        },
-    }
-
-
-def _check_binding(run: Run, snapshot: Snapshot, place: str) -> None:
-    differences = _differences(_binding(summary_properties(snapshot)), run.binding())
-    if differences:
-        raise RunConflictError(
-            f"run id {run.run_id!r} already committed {place} snapshot {snapshot.snapshot_id} with other "
-            f"parameters or inputs than this command's: {_listed(differences)}. Nothing more was committed. "
-            f"A run id stands for one run: to run with these parameters and inputs give a new --run-id (or "
-            f"none); to finish or re-check that run, repeat its own command."
-        )
-
-
-def _check_stats(run: Run, snapshot: Snapshot, stats: Mapping[str, object], place: str) -> None:
-    prefix = len(STATS_PREFIX)
-    recorded = {k[prefix:]: _plain(v) for k, v in summary_properties(snapshot).items() if k.startswith(STATS_PREFIX)}
-    differences = _differences({"stats": recorded}, {"stats": {k: _plain(str(v)) for k, v in stats.items()}})
-    if differences:
-        raise RunConflictError(
-            f"run {run.run_id!r} already committed {place} snapshot {snapshot.snapshot_id}, but this attempt "
-            f"counted otherwise: {_listed(differences)}; its inputs must have changed since. Nothing more was "
-            f"committed. Run again with a new --run-id (or none)."
-        )
-
-
-def _plain(text: str) -> object:
-    return int(text) if text.lstrip("-").isdigit() else text
-
-
-def _place(identifier: tuple[str, ...], branch: str) -> str:
-    name = format_identifier(identifier)
-    return name if branch == MAIN_BRANCH else f"{name} branch {branch}"
-
-
-_ABSENT = object()
-
-
-def _differences(recorded: object, wanted: object) -> list[str]:
-    """``path: committed with X, now Y`` for each leaf where two JSON values differ."""
-    flat_recorded, flat_wanted = _flatten(recorded), _flatten(wanted)
-    return [
-        f"{path}: committed with {_shown(flat_recorded.get(path, _ABSENT))}, now {_shown(flat_wanted.get(path, _ABSENT))}"
-        for path in sorted(flat_recorded.keys() | flat_wanted.keys())
-        if _json(flat_recorded.get(path, _ABSENT)) != _json(flat_wanted.get(path, _ABSENT))
-    ]
-
-
-def _flatten(value: object, path: str = "") -> dict[str, object]:
-    if isinstance(value, dict) and value:
-        return {
-            k: v for key, item in value.items() for k, v in _flatten(item, f"{path}.{key}" if path else key).items()
-        }
-    if isinstance(value, list) and value:
-        return {k: v for i, item in enumerate(value) for k, v in _flatten(item, f"{path}[{i}]").items()}
-    return {path: value}
-
-
-def _json(value: object) -> str | None:
-    # Compared as JSON text: in Python True == 1 == 1.0, as parameters they differ.
-    return None if value is _ABSENT else json.dumps(value, sort_keys=True)
-
-
-def _shown(value: object, limit: int = 120) -> str:
-    text = "(none)" if value is _ABSENT else repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _listed(differences: list[str], limit: int = 8) -> str:
-    more = len(differences) - limit
-    return "; ".join(differences[:limit]) + (f"; and {more} more" if more > 0 else "")
-
-
-@dataclass(frozen=True)
-class GarbageReport:
-    table: str
-    removed: list[str]
-    kept_recent: int
-    kept_live: int = 0  # files of runs whose lease is still being renewed
-
-
-def collect_garbage(
-    catalog: Catalog,
-    identifiers: Iterable[tuple[str, ...]],
-    *,
-    grace: timedelta,
-    dry_run: bool = False,
-    now: datetime | None = None,
-    lease_timeout: timedelta = lease.TIMEOUT,
-) -> list[GarbageReport]:
-    """Remove staged files of ``identifiers`` that no snapshot of any table in the catalog
-    references, that are older than ``grace``, and whose run's lease is not live.
-
-    The staging folders are listed before the catalog is read: a run that commits meanwhile is
-    either seen holding its lease or seen committed.
-    """
-    now = now or datetime.now(UTC)
-    identifiers = list(identifiers)
-    listings = [_list_staging(load_table(catalog, identifier)) for identifier in identifiers]
-    referenced = _referenced_keys_in_catalog(catalog, identifiers)
-    return [
-        _collect(format_identifier(identifier), listing, referenced, grace, lease_timeout, now, dry_run)
-        for identifier, listing in zip(identifiers, listings, strict=True)
-    ]
-
-
-@dataclass(frozen=True)
-class _Staging:
-    prefix: str  # URI of the table's runs folder
-    fs: pafs.FileSystem
-    root: str  # its path in fs
-    files: list[pafs.FileInfo]
-
-
-def _list_staging(table: Table) -> _Staging:
-    prefix = f"{table.location().rstrip('/')}/{RUNS_DIR}"
-    fs, root = split_uri(prefix)
-    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-    return _Staging(prefix, fs, root, [i for i in infos if i.type == pafs.FileType.File])
-
-
-def _collect(
-    name: str,
-    staging: _Staging,
-    referenced: set[str],
-    grace: timedelta,
-    lease_timeout: timedelta,
-    now: datetime,
-    dry_run: bool,
-) -> GarbageReport:
-    fs, root = staging.fs, staging.root
-
-    def attempt_folder(path: str) -> str:  # <root>/<run-id>/<attempt-id>
-        return "/".join(path.split("/")[: root.count("/") + 3])
-
-    live = {
-        attempt_folder(i.path)
-        for i in staging.files
-        if posixpath.basename(i.path) == lease.LEASE_FILE and lease.is_live(i, now, lease_timeout)
-    }
-    doomed: dict[str, list[pafs.FileInfo]] = {}
-    recent = kept_live = 0
-    for info in staging.files:
-        folder = attempt_folder(info.path)
-        if folder in live:
-            kept_live += posixpath.basename(info.path) != lease.LEASE_FILE
-        elif _file_key(staging.prefix + info.path[len(root) :]) in referenced:
-            continue
-        elif info.mtime is not None and now - info.mtime < grace:
-            recent += 1
-        else:
-            doomed.setdefault(folder, []).append(info)
-    removed = []
-    for folder, infos in doomed.items():
-        # A lease written since the listing (whose readdir may have missed it) still protects.
-        if lease.is_live(fs.get_file_info(f"{folder}/{lease.LEASE_FILE}"), now, lease_timeout):
-            kept_live += sum(posixpath.basename(i.path) != lease.LEASE_FILE for i in infos)
-            continue
-        for info in infos:
-            removed.append(staging.prefix + info.path[len(root) :])
-            if not dry_run:
-                fs.delete_file(info.path)
-    if not dry_run:
-        _remove_empty_dirs(fs, root)
-    return GarbageReport(name, removed, recent, kept_live)
-
-
-def _referenced_keys_in_catalog(catalog: Catalog, identifiers: Iterable[tuple[str, ...]]) -> set[str]:
-    """Every file any snapshot of any table of the catalog references (all branches and tags)."""
-    keys: set[str] = set()
-    for identifier in sorted(set(list_tables(catalog)) | set(identifiers)):
-        table = load_table(catalog, identifier)
-        keys |= _referenced_keys(table, table.metadata.snapshots)
-    return keys
-
-
-def _referenced_keys(table: Table, snapshots: Iterable[Snapshot]) -> set[str]:
-    """The files (as ``_file_key``) the snapshots reference, reading each manifest once."""
+def referenced_keys(table: Table, snapshots: Iterable[Snapshot]) -> set[str]:
+    """The files (as ``file_key``) the snapshots reference, reading each manifest once."""
     manifests = {m.manifest_path: m for s in snapshots for m in s.manifests(table.io)}
     return {
-        _file_key(entry.data_file.file_path)
+        file_key(entry.data_file.file_path)
         for manifest in manifests.values()
         for entry in manifest.fetch_manifest_entry(table.io)
     }
 
 
-def _file_key(uri: str) -> str:
+def file_key(uri: str) -> str:
     """One spelling of a file's location, to compare paths written as ``file:///x`` or ``/x``."""
     scheme, sep, _ = uri.partition("://")
     if not sep:
@@ -551,11 +281,3 @@ def _file_key(uri: str) -> str:
     if scheme == "file":
         return "file://" + split_uri(uri)[1]
     return uri
-
-
-def _remove_empty_dirs(fs: pafs.FileSystem, root: str) -> None:
-    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-    dirs = sorted((i.path for i in infos if i.type == pafs.FileType.Directory), key=len, reverse=True)
-    for path in dirs:
-        if not fs.get_file_info(pafs.FileSelector(path)):
-            fs.delete_dir(path)

@@ -46,17 +46,10 @@ from pyspark.sql import functions as F
 
 from lakehouse.catalog import ensure_table, resolve, snapshot_schema
 from lakehouse.columns import DOCUMENT_COLUMNS, TARGET_COLUMN
-from lakehouse.commit import (
-    CommitResult,
-    Run,
-    RunOutput,
-    commit_run,
-    existing_commits,
-    find_run_commits,
-    record_count,
-)
+from lakehouse.commit import CommitResult, Run, existing_commits, record_count
 from lakehouse.errors import InputError
 from lakehouse.refs import PinnedRef, format_identifier, parse_identifier
+from lakehouse.run_binding import RunOutput, commit_run, find_run_commits
 from lakehouse.schemas import CLUSTERS_SCHEMA, arrow_schema, require_columns
 from pipelines.connected_components import connected_components
 from pipelines.dedup_stages import (

@@ -41,11 +41,12 @@ from pyspark.sql import functions as F
 
 from lakehouse.catalog import ensure_table, load_table, resolve, snapshot_schema
 from lakehouse.columns import DOCUMENT_COLUMNS
-from lakehouse.commit import Run, RunOutput, commit_run, find_run_commits, snapshot_stats
+from lakehouse.commit import Run, snapshot_stats
 from lakehouse.errors import InputError, ValidationFailedError
 from lakehouse.faults import maybe_fail
 from lakehouse.publish import Published, publish, remove_branch, start_branch, tag_snapshot
 from lakehouse.refs import PinnedRef, format_identifier, parse_identifier, validate_ref_name
+from lakehouse.run_binding import RunOutput, commit_run, find_run_commits
 from lakehouse.schemas import (
     QUARANTINE_RECORD_BYTES,
     QUARANTINE_SCHEMA_WITH_METRICS,

@@ -27,16 +27,9 @@ from pyspark.sql import functions as F
 
 from lakehouse.catalog import ensure_table
 from lakehouse.columns import DOCUMENT_COLUMNS, TARGET_COLUMN
-from lakehouse.commit import (
-    CommitResult,
-    Run,
-    RunOutput,
-    check_run_commits,
-    commit_run,
-    existing_commits,
-    run_snapshots,
-)
+from lakehouse.commit import CommitResult, Run, existing_commits
 from lakehouse.refs import format_identifier, parse_identifier
+from lakehouse.run_binding import RunOutput, check_run_commits, commit_run, run_snapshots
 from lakehouse.schemas import (
     DOCUMENT_SCHEMA,
     QUARANTINE_RECORD_BYTES,

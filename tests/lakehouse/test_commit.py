@@ -13,17 +13,9 @@ import pytest
 from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
 
 from lakehouse.catalog import ensure_table
-from lakehouse.commit import (
-    Run,
-    RunOutput,
-    StagedFile,
-    commit_files,
-    commit_run,
-    find_run_commits,
-    find_run_snapshot,
-    snapshot_stats,
-)
+from lakehouse.commit import Run, StagedFile, commit_files, find_run_snapshot, snapshot_stats
 from lakehouse.errors import InvalidIdentifierError, RunConflictError
+from lakehouse.run_binding import RunOutput, commit_run, find_run_commits
 from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
 
 TABLE = ("raw", "docs")

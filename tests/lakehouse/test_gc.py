@@ -13,10 +13,11 @@ import pytest
 
 from lakehouse import lease
 from lakehouse.catalog import ensure_table, list_tables
-from lakehouse.commit import RUNS_DIR, Run, StagedFile, collect_garbage, commit_files
+from lakehouse.commit import RUNS_DIR, Run, StagedFile, commit_files
 from lakehouse.errors import CommitError
 from lakehouse.publish import start_branch
 from lakehouse.schemas import DOCUMENT_SCHEMA, QUARANTINE_SCHEMA, arrow_schema
+from lakehouse.staging_gc import collect_garbage
 from tests.conftest import run_factory
 from tests.lakehouse.test_commit import new_run, stage
 

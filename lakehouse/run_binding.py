@@ -1,0 +1,191 @@
+"""A run id bound to what it ran (docs/architecture.md, "The commit protocol", step 4).
+
+A run id stands for one run: its job, parameters, inputs and further ``factory.*`` properties,
+as its first commit recorded them. A retry with the same ones finishes what is missing, table by
+table (``commit_run``); with others it is refused (``RunConflictError``), naming each difference.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.table.snapshots import Snapshot
+
+from lakehouse.catalog import load_table
+from lakehouse.commit import (
+    MAIN_BRANCH,
+    STATS_PREFIX,
+    CommitResult,
+    Run,
+    StagedFile,
+    commit_files,
+    committed_result,
+    find_run_snapshot,
+    summary_properties,
+)
+from lakehouse.errors import RunConflictError
+from lakehouse.faults import maybe_fail
+from lakehouse.refs import format_identifier
+
+# Summary keys that are not among a run's further properties: its own fields, and the attempt and
+# code that made the snapshot, which a retry changes (a run id's binding: ``_binding``).
+_NOT_PROPERTIES = {"factory.run-id", "factory.attempt-id", "factory.code-version", "factory.job", "factory.params",
+                   "factory.inputs"}  # fmt: skip
+
+
+def run_snapshots(
+    catalog: Catalog, identifiers: Iterable[tuple[str, ...]], run_id: str, *, branch: str = MAIN_BRANCH
+) -> dict[tuple[str, ...], Snapshot | None]:
+    """The snapshot run ``run_id`` committed to ``branch`` of each table; None where it has not
+    (or the table does not exist). Nothing is checked: see ``find_run_commits``."""
+    found: dict[tuple[str, ...], Snapshot | None] = {}
+    for identifier in identifiers:
+        try:
+            table = catalog.load_table(identifier)
+        except NoSuchTableError:
+            found[identifier] = None
+            continue
+        found[identifier] = find_run_snapshot(table, run_id, branch)
+    return found
+
+
+def check_run_commits(
+    run: Run, snapshots: Mapping[tuple[str, ...], Snapshot | None], *, branch: str = MAIN_BRANCH
+) -> None:
+    """Raise ``RunConflictError`` if one of ``snapshots`` (the run's earlier commits) was made
+    with another job, other parameters, inputs or properties than ``run``."""
+    for identifier, snapshot in snapshots.items():
+        if snapshot is not None:
+            _check_binding(run, snapshot, _place(identifier, branch))
+
+
+def find_run_commits(
+    catalog: Catalog, run: Run, identifiers: Iterable[tuple[str, ...]], *, branch: str = MAIN_BRANCH
+) -> dict[tuple[str, ...], Snapshot | None]:
+    """What ``run`` already committed to ``branch`` of each table (None where nothing yet), each
+    checked to be bound to the run's job, parameters and inputs: ``RunConflictError`` otherwise."""
+    found = run_snapshots(catalog, identifiers, run.run_id, branch=branch)
+    check_run_commits(run, found, branch=branch)
+    return found
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """What a run commits to one table: the files its tasks staged, for ``branch``."""
+
+    identifier: tuple[str, ...]
+    files: Sequence[StagedFile]
+    branch: str = MAIN_BRANCH
+
+
+def commit_run(
+    catalog: Catalog, run: Run, outputs: Sequence[RunOutput], stats: Mapping[str, object]
+) -> list[CommitResult]:
+    """Commit each output in order, one snapshot per table, all with the same summary.
+
+    A table that already holds this run's snapshot is not committed again: a retry finishes
+    only what an earlier attempt left missing. That snapshot must have been made with this
+    run's parameters and inputs and have recorded the same ``stats`` (the same counts show the
+    retry redid the same work); otherwise ``RunConflictError``, and nothing more is committed.
+    """
+    results = []
+    for n, output in enumerate(outputs):
+        if n:
+            maybe_fail("between-commits")
+        result = commit_files(catalog, output.identifier, output.files, run, stats, branch=output.branch)
+        if result.already_committed:
+            snapshot = load_table(catalog, output.identifier).snapshot_by_id(result.snapshot_id)
+            place = _place(output.identifier, output.branch)
+            _check_binding(run, snapshot, place)
+            _check_stats(run, snapshot, stats, place)
+            result = committed_result(output.identifier, snapshot)
+        results.append(result)
+    return results
+
+
+def _binding(summary: Mapping[str, str]) -> dict[str, object]:
+    """The part of a run's snapshot summary that its run id is bound to, as plain JSON."""
+    return {
+        "job": summary.get("factory.job"),
+        "params": json.loads(summary.get("factory.params", "{}")),
+        "inputs": json.loads(summary.get("factory.inputs", "[]")),
+        "properties": {
+            key: value
+            for key, value in sorted(summary.items())
+            if key.startswith("factory.") and key not in _NOT_PROPERTIES and not key.startswith(STATS_PREFIX)
+        },
+    }
+
+
+def _check_binding(run: Run, snapshot: Snapshot, place: str) -> None:
+    differences = _differences(_binding(summary_properties(snapshot)), _binding(run.summary({})))
+    if differences:
+        raise RunConflictError(
+            f"run id {run.run_id!r} already committed {place} snapshot {snapshot.snapshot_id} with other "
+            f"parameters or inputs than this command's: {_listed(differences)}. Nothing more was committed. "
+            f"A run id stands for one run: to run with these parameters and inputs give a new --run-id (or "
+            f"none); to finish or re-check that run, repeat its own command."
+        )
+
+
+def _check_stats(run: Run, snapshot: Snapshot, stats: Mapping[str, object], place: str) -> None:
+    prefix = len(STATS_PREFIX)
+    recorded = {k[prefix:]: _plain(v) for k, v in summary_properties(snapshot).items() if k.startswith(STATS_PREFIX)}
+    differences = _differences({"stats": recorded}, {"stats": {k: _plain(str(v)) for k, v in stats.items()}})
+    if differences:
+        raise RunConflictError(
+            f"run {run.run_id!r} already committed {place} snapshot {snapshot.snapshot_id}, but this attempt "
+            f"counted otherwise: {_listed(differences)}; its inputs must have changed since. Nothing more was "
+            f"committed. Run again with a new --run-id (or none)."
+        )
+
+
+def _plain(text: str) -> object:
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
+def _place(identifier: tuple[str, ...], branch: str) -> str:
+    name = format_identifier(identifier)
+    return name if branch == MAIN_BRANCH else f"{name} branch {branch}"
+
+
+_ABSENT = object()
+
+
+def _differences(recorded: object, wanted: object) -> list[str]:
+    """``path: committed with X, now Y`` for each leaf where two JSON values differ."""
+    flat_recorded, flat_wanted = _flatten(recorded), _flatten(wanted)
+    return [
+        f"{path}: committed with {_shown(flat_recorded.get(path, _ABSENT))}, now {_shown(flat_wanted.get(path, _ABSENT))}"
+        for path in sorted(flat_recorded.keys() | flat_wanted.keys())
+        if _json(flat_recorded.get(path, _ABSENT)) != _json(flat_wanted.get(path, _ABSENT))
+    ]
+
+
+def _flatten(value: object, path: str = "") -> dict[str, object]:
+    if isinstance(value, dict) and value:
+        return {
+            k: v for key, item in value.items() for k, v in _flatten(item, f"{path}.{key}" if path else key).items()
+        }
+    if isinstance(value, list) and value:
+        return {k: v for i, item in enumerate(value) for k, v in _flatten(item, f"{path}[{i}]").items()}
+    return {path: value}
+
+
+def _json(value: object) -> str | None:
+    # Compared as JSON text: in Python True == 1 == 1.0, as parameters they differ.
+    return None if value is _ABSENT else json.dumps(value, sort_keys=True)
+
+
+def _shown(value: object, limit: int = 120) -> str:
+    text = "(none)" if value is _ABSENT else repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _listed(differences: list[str], limit: int = 8) -> str:
+    more = len(differences) - limit
+    return "; ".join(differences[:limit]) + (f"; and {more} more" if more > 0 else "")
