@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from factory_cli.arguments import add_run_id_argument
 from lakehouse.catalog import load_catalog
 from pipelines.dedup import DedupOptions, DedupResult, dedup, resolve_inputs
 from pipelines.dedup_stages import VERIFIED_FN_WEIGHT, DedupConfig
@@ -42,11 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "dedup") -> None
         "--verify", action=argparse.BooleanOptionalAction, default=True,
         help="check candidate pairs with exact Jaccard before clustering (default: on)",
     )  # fmt: skip
-    parser.add_argument(
-        "--run-id",
-        help="id of this logical run, bound to its inputs and parameters: the same command again finishes "
-        "what an interrupted run left (or does nothing); other inputs or parameters are refused",
-    )
+    add_run_id_argument(parser)
 
 
 def options_from_args(args: argparse.Namespace) -> DedupOptions:

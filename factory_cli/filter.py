@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from factory_cli.arguments import add_run_id_argument
 from lakehouse.catalog import load_catalog
 from pipelines.filter import FilterOptions, FilterRunResult, filter_documents
 from pipelines.spark_session import get_spark
@@ -20,11 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "filter") -> Non
         "--quarantine", metavar="NS.TABLE", help="where dropped documents go (default: <namespace>.quarantine)"
     )
     parser.add_argument("--tag", metavar="NAME", help="tag the published snapshot")
-    parser.add_argument(
-        "--run-id",
-        help="id of this logical run, bound to its inputs and parameters: the same command again finishes "
-        "what an interrupted run left (or does nothing); other inputs or parameters are refused",
-    )
+    add_run_id_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:

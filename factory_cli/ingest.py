@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from factory_cli.arguments import add_run_id_argument
 from lakehouse.catalog import load_catalog
 from lakehouse.refs import parse_identifier
 from pipelines.ingest import IngestOptions, IngestResult, ingest
@@ -29,11 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "ingest") -> Non
     )
     parser.add_argument("--include", action="append", default=[], metavar="GLOB", help="only files matching")
     parser.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="skip files matching")
-    parser.add_argument(
-        "--run-id",
-        help="id of this logical run, bound to its inputs and parameters: the same command again finishes "
-        "what an interrupted run left (or does nothing); other inputs or parameters are refused",
-    )
+    add_run_id_argument(parser)
 
 
 def options_from_args(args: argparse.Namespace) -> IngestOptions:
