@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mix": ("factory_cli.mix", "pin a mixture spec to snapshot ids and data files"),
     "train": ("factory_cli.train", "train a model on a pinned manifest through torchrun"),
     "lineage": ("factory_cli.lineage", "show which data, pipeline runs and raw inputs made a checkpoint"),
+    "ui": ("factory_cli.ui", "serve a read-only web UI over tables, documents, clusters, runs and lineage"),
     "gc": ("factory_cli.gc", "remove staged files of runs that never committed"),
     "demo": ("factory_cli.demo", "run the chain on the embedded default with a built-in corpus"),
 }

@@ -1,0 +1,261 @@
+"""The web app: FastAPI routes, Jinja2 templates (autoescaped), read-only.
+
+Every page is rendered on the server; the pages carry no script at all, and the
+Content-Security-Policy says so, so a document that holds markup can only ever be shown as text.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import quote
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse
+from jinja2 import Environment, FileSystemLoader
+from starlette.exceptions import HTTPException
+
+from lakehouse.catalog import list_tables, load_table, resolve
+from lakehouse.commit import snapshot_stats, summary_properties
+from lakehouse.errors import FactoryError, RefNotFoundError, TableNotFoundError
+from lakehouse.refs import format_identifier, parse_identifier
+from ui import clusters as cluster_pages
+from ui import documents, quarantine
+from ui.evals import run_evals, trials
+from ui.graph import NODE_H, NODE_W, snapshot_graph, snapshot_href
+from ui.runs import curves, read_metrics
+from ui.sources import BadRequest, NotFound, Sources, checkpoint_dirs, read_json
+
+log = logging.getLogger("factory.ui")
+
+TEMPLATES = Path(__file__).with_name("templates")
+# No script, no plugin, no frame, no form posting anywhere: the UI only shows.
+CSP = "default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'"
+
+
+def create_app(sources: Sources) -> FastAPI:
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True)
+    env.filters["q"] = lambda value: quote(str(value), safe="")
+    env.filters["pretty"] = lambda value: json.dumps(value, indent=2, sort_keys=True, default=str)
+    env.globals.update(NODE_W=NODE_W, NODE_H=NODE_H, snapshot_href=snapshot_href)
+    app = FastAPI(title="Model Factory", docs_url=None, redoc_url=None, openapi_url=None)
+
+    def page(template: str, code: int = 200, **context) -> HTMLResponse:
+        html = env.get_template(template).render(**context)
+        return HTMLResponse(html, status_code=code, headers={"Content-Security-Policy": CSP})
+
+    def pinned(name: str, ref: str):
+        table, pin = resolve(sources.catalog, f"{name}@{ref}")
+        return table, pin.snapshot_id
+
+    @app.exception_handler(FactoryError)
+    async def factory_error(_request: Request, exc: FactoryError) -> HTMLResponse:
+        status = 404 if isinstance(exc, (TableNotFoundError, RefNotFoundError, NotFound)) else 400
+        return page("error.html", status, status=status, message=str(exc))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_request: Request, exc: HTTPException) -> HTMLResponse:
+        message = "no such page" if exc.status_code == 404 else str(exc.detail)
+        return page("error.html", exc.status_code, status=exc.status_code, message=message)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_parameter(_request: Request, exc: RequestValidationError) -> HTMLResponse:
+        wrong = "; ".join(f"{'.'.join(map(str, e['loc'][1:]))}: {e['msg']}" for e in exc.errors())
+        return page("error.html", 400, status=400, message=f"bad parameter: {wrong}")
+
+    @app.exception_handler(Exception)
+    async def server_error(request: Request, exc: Exception) -> HTMLResponse:
+        log.exception("error serving %s", request.url.path)
+        return page(
+            "error.html", 500, status=500, message=f"internal error ({type(exc).__name__}); the server log has it"
+        )
+
+    @app.get("/", response_class=HTMLResponse)
+    def home():
+        rows = []
+        for identifier in list_tables(sources.catalog):
+            table = sources.catalog.load_table(identifier)
+            current = table.current_snapshot()
+            summary = summary_properties(current) if current else {}
+            rows.append(
+                {
+                    "name": format_identifier(identifier),
+                    "snapshot": current.snapshot_id if current else None,
+                    "records": summary.get("total-records", "0"),
+                    "files": summary.get("total-data-files", "0"),
+                    "job": summary.get("factory.job", ""),
+                    "refs": sorted(r for r in table.metadata.refs if r != "main"),
+                }
+            )
+        return page("home.html", tables=rows, runs=sources.runs(), manifests=sources.manifests())
+
+    @app.get("/tables/{name}", response_class=HTMLResponse)
+    def table_page(name: str):
+        table = load_table(sources.catalog, parse_identifier(name))
+        snapshots = [_snapshot_record(table, s) for s in sorted(table.snapshots(), key=lambda s: -s.timestamp_ms)]
+        return page("table.html", name=name, snapshots=snapshots)
+
+    @app.get("/tables/{name}/snapshots/{ref}", response_class=HTMLResponse)
+    def snapshot_page(name: str, ref: str):
+        table, snapshot_id = pinned(name, ref)
+        record = _snapshot_record(table, table.snapshot_by_id(snapshot_id))
+        graph = snapshot_graph(sources, name, snapshot_id)
+        has_clusters = "cluster_id" in {f.name for f in table.schema().fields}
+        is_quarantine = "reason" in {f.name for f in table.schema().fields}
+        return page(
+            "snapshot.html", name=name, snap=record, graph=graph, has_clusters=has_clusters, is_quarantine=is_quarantine
+        )
+
+    @app.get("/tables/{name}/snapshots/{ref}/documents", response_class=HTMLResponse)
+    def documents_page(name: str, ref: str, page_no: int = 0, q: str = "", cursor: str = "", doc_id: str = ""):
+        table, snapshot_id = pinned(name, ref)
+        label = f"{name}@{snapshot_id}"
+        if page_no < 0:
+            raise BadRequest("page_no must be zero or more")
+        if doc_id:
+            row, opened, total = documents.find_document(table, snapshot_id, label, doc_id)
+            if row is None:
+                raise NotFound(f"no document {doc_id!r} in {label}")
+            return page(
+                "document.html",
+                name=name,
+                snapshot_id=snapshot_id,
+                row=_text_values(row),
+                files_read=opened,
+                files_total=total,
+            )
+        if q:
+            result = documents.search(table, snapshot_id, label, q, cursor or None)
+        else:
+            result = documents.read_page(table, snapshot_id, label, page_no)
+        return page(
+            "documents.html",
+            name=name,
+            snapshot_id=snapshot_id,
+            result=result,
+            q=q,
+            page_no=page_no,
+            page_size=documents.PAGE_SIZE,
+        )
+
+    @app.get("/tables/{name}/snapshots/{ref}/clusters", response_class=HTMLResponse)
+    def clusters_page(name: str, ref: str):
+        table, snapshot_id = pinned(name, ref)
+        _require_columns(table, name, "cluster_id")
+        return page(
+            "clusters.html",
+            name=name,
+            snapshot_id=snapshot_id,
+            clusters=cluster_pages.list_clusters(table, snapshot_id),
+        )
+
+    @app.get("/tables/{name}/snapshots/{ref}/clusters/{cluster_id}", response_class=HTMLResponse)
+    def cluster_page(name: str, ref: str, cluster_id: str):
+        table, snapshot_id = pinned(name, ref)
+        _require_columns(table, name, "cluster_id")
+        members = cluster_pages.cluster_members(sources.catalog, table, snapshot_id, cluster_id)
+        return page("cluster.html", name=name, snapshot_id=snapshot_id, cluster_id=cluster_id, members=members)
+
+    @app.get("/tables/{name}/snapshots/{ref}/quarantine", response_class=HTMLResponse)
+    def quarantine_page(name: str, ref: str):
+        table, snapshot_id = pinned(name, ref)
+        _require_columns(table, name, "reason")
+        counts = quarantine.counts(table, snapshot_id)
+        reasons = sorted({c["reason"] for c in counts})
+        samples = {reason: quarantine.samples(table, snapshot_id, reason) for reason in reasons}
+        return page("quarantine.html", name=name, snapshot_id=snapshot_id, counts=counts, samples=samples)
+
+    @app.get("/tables/{name}/snapshots/{ref}/quarantine/{doc_id}", response_class=HTMLResponse)
+    def quarantined_document(name: str, ref: str, doc_id: str):
+        table, snapshot_id = pinned(name, ref)
+        _require_columns(table, name, "reason")
+        rows = quarantine.document(table, snapshot_id, doc_id)
+        if not rows:
+            raise NotFound(f"document {doc_id!r} is not in {name}@{snapshot_id}")
+        return page("quarantined.html", name=name, snapshot_id=snapshot_id, doc_id=doc_id, rows=rows)
+
+    @app.get("/manifests/{fingerprint}", response_class=HTMLResponse)
+    def manifest_page(fingerprint: str):
+        found = sources.manifest(fingerprint)
+        return page("manifest.html", found=found, manifest=found.manifest)
+
+    @app.get("/runs/{key:path}/checkpoints/{step}", response_class=HTMLResponse)
+    def checkpoint_page(key: str, step: str):
+        run = sources.run(key)
+        if not step.isdigit():
+            raise BadRequest(f"checkpoint step must be a number, got {step!r}")
+        step_dir = next((d for d in checkpoint_dirs(run) if d.name == f"step-{int(step)}"), None)
+        if step_dir is None:
+            raise NotFound(f"run {key!r} has no complete checkpoint at step {step}")
+        lineage = read_json(step_dir / "lineage.json")
+        return page("checkpoint.html", run=run, step=int(step), lineage=lineage, path=step_dir)
+
+    @app.get("/runs/{key:path}", response_class=HTMLResponse)
+    def run_page(key: str):
+        run = sources.run(key)
+        records = read_metrics(run.path)
+        steps = []
+        for step_dir in checkpoint_dirs(run):
+            lineage = read_json(step_dir / "lineage.json")
+            steps.append({"step": int(step_dir.name[5:]), "path": step_dir, "lineage": lineage})
+        last = next((r for r in reversed(records) if r["kind"] == "train"), None)
+        evals = run_evals(sources, run.key, run.path.name, str(run.path))
+        return page(
+            "run.html",
+            run=run,
+            plots=curves(records),
+            checkpoints=steps,
+            last=last,
+            evals=evals,
+            evals_table=sources.optional_table(("evals", "results")) is not None,
+        )
+
+    @app.get("/sweeps", response_class=HTMLResponse)
+    def sweeps_page():
+        found = trials(sources)
+        return page("sweeps.html", found=found)
+
+    return app
+
+
+def _require_columns(table, name: str, column: str) -> None:
+    if column not in {f.name for f in table.schema().fields}:
+        raise BadRequest(f"{name} has no {column} column: this page is for another kind of table")
+
+
+def _snapshot_record(table, snapshot) -> dict:
+    summary = summary_properties(snapshot)
+    factory = {
+        k.removeprefix("factory."): v
+        for k, v in summary.items()
+        if k.startswith("factory.") and ".stats." not in k and not k.startswith("factory.stats.")
+    }
+    inputs, params = _json_or(factory.pop("inputs", "[]"), []), _json_or(factory.pop("params", "{}"), {})
+    refs = sorted(name for name, ref in table.metadata.refs.items() if ref.snapshot_id == snapshot.snapshot_id)
+    return {
+        "snapshot_id": snapshot.snapshot_id,
+        "parent_id": snapshot.parent_snapshot_id,
+        "committed_at": datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC).isoformat(timespec="seconds"),
+        "operation": snapshot.summary.operation.value if snapshot.summary else None,
+        "refs": refs,
+        "records": summary.get("total-records", "0"),
+        "added": summary.get("added-records", "0"),
+        "factory": factory,
+        "inputs": inputs,
+        "params": params,
+        "stats": snapshot_stats(snapshot),
+    }
+
+
+def _json_or(text: str, default):
+    try:
+        return json.loads(text)
+    except ValueError:  # a hand-made summary: shown without it rather than failing the page
+        return default
+
+
+def _text_values(row: dict) -> dict:
+    return {k: v.decode("utf-8", errors="replace") if isinstance(v, bytes) else v for k, v in row.items()}

@@ -1,0 +1,169 @@
+"""Pages of a pinned snapshot's documents, read by seeking: never a scan of the whole table.
+
+The snapshot's data files and their record counts come from its Iceberg manifests (no data
+read). Page ``p`` starts at row ``p × size``: the record counts say which file holds it, that
+file's Parquet footer says which row group, and only those row groups are read. A ``doc_id`` is
+found through Iceberg's file pruning (column bounds) and then the row groups' own statistics. A
+substring search reads row groups in order from a cursor and stops after a bounded amount of
+work, handing back the cursor to go on from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.expressions import EqualTo
+from pyiceberg.table import Table
+
+from lakehouse.catalog import plan_snapshot
+from lakehouse.parquet import open_parquet
+from ui.sources import BadRequest
+
+PAGE_SIZE = 25
+PREVIEW_CHARS = 160
+# A search reads at most this many row groups per request, then offers to go on.
+SEARCH_ROW_GROUPS = 32
+
+
+@dataclass
+class DataFile:
+    uri: str
+    records: int
+
+
+@dataclass
+class DocumentPage:
+    rows: list[dict]
+    columns: list[str]
+    files_read: int
+    files_total: int
+    total: int | None = None  # rows in the snapshot (paging)
+    next_cursor: str | None = None  # where a search goes on from ("file.rowgroup")
+    notes: list[str] = field(default_factory=list)
+
+
+def data_files(table: Table, snapshot_id: int, label: str) -> list[DataFile]:
+    """The snapshot's data files in a fixed order, with record counts from the manifests."""
+    tasks = plan_snapshot(table, snapshot_id, label)
+    return sorted((DataFile(t.file.file_path, t.file.record_count) for t in tasks), key=lambda f: f.uri)
+
+
+def read_page(table: Table, snapshot_id: int, label: str, page: int, size: int = PAGE_SIZE) -> DocumentPage:
+    files = data_files(table, snapshot_id, label)
+    total = sum(f.records for f in files)
+    start, end = page * size, min((page + 1) * size, total)
+    pieces, opened, base = [], 0, 0
+    for f in files:
+        if base >= end:
+            break
+        if base + f.records > start:
+            opened += 1
+            pieces.append(_rows_between(f.uri, label, max(start - base, 0), min(end - base, f.records)))
+        base += f.records
+    rows = pa.concat_tables(pieces, promote_options="default") if pieces else None
+    return DocumentPage(
+        rows=[_preview(r) for r in rows.to_pylist()] if rows is not None else [],
+        columns=rows.column_names if rows is not None else [],
+        files_read=opened,
+        files_total=len(files),
+        total=total,
+    )
+
+
+def find_document(table: Table, snapshot_id: int, label: str, doc_id: str) -> tuple[dict | None, int, int]:
+    """The row with ``doc_id`` (full columns), and how many files were opened of how many."""
+    total = len(data_files(table, snapshot_id, label))
+    candidates = sorted(t.file.file_path for t in plan_snapshot(table, snapshot_id, label, EqualTo("doc_id", doc_id)))
+    opened = 0
+    for uri in candidates:
+        opened += 1
+        parquet = open_parquet(uri, label)
+        column = parquet.schema_arrow.get_field_index("doc_id")
+        for g in range(parquet.metadata.num_row_groups):
+            stats = parquet.metadata.row_group(g).column(column).statistics
+            if stats is not None and stats.has_min_max and not (stats.min <= doc_id <= stats.max):
+                continue
+            batch = parquet.read_row_group(g)
+            hit = batch.filter(pc.equal(batch["doc_id"], doc_id))
+            if hit.num_rows:
+                return hit.to_pylist()[0], opened, total
+    return None, opened, total
+
+
+def search(table: Table, snapshot_id: int, label: str, needle: str, cursor: str | None, size: int = PAGE_SIZE):
+    """Documents whose text or doc_id holds ``needle``, from ``cursor`` on, at most a bounded read."""
+    files = data_files(table, snapshot_id, label)
+    file_index, group = _parse_cursor(cursor)
+    found: list[pa.Table] = []
+    matched, read, opened = 0, 0, 0
+    next_cursor = None
+    for i in range(file_index, len(files)):
+        parquet = open_parquet(files[i].uri, label)
+        opened += 1
+        for g in range(group if i == file_index else 0, parquet.metadata.num_row_groups):
+            if matched >= size or read >= SEARCH_ROW_GROUPS:
+                next_cursor = f"{i}.{g}"
+                break
+            batch = parquet.read_row_group(g)
+            read += 1
+            masks = [pc.match_substring(batch[c], needle) for c in ("text", "doc_id") if c in batch.column_names]
+            if not masks:
+                raise BadRequest(f"{label} has neither a text nor a doc_id column to search")
+            hits = batch.filter(masks[0] if len(masks) == 1 else pc.or_(*masks))
+            if hits.num_rows:
+                found.append(hits)
+                matched += hits.num_rows
+        if next_cursor:
+            break
+    rows = pa.concat_tables(found, promote_options="default") if found else None
+    page = DocumentPage(
+        # Whole row groups are read and shown: cutting one short would lose its other matches.
+        rows=[_preview(r) for r in rows.to_pylist()] if rows is not None else [],
+        columns=rows.column_names if rows is not None else [],
+        files_read=opened,
+        files_total=len(files),
+        next_cursor=next_cursor,
+    )
+    return page
+
+
+def _rows_between(uri: str, label: str, first: int, stop: int) -> pa.Table:
+    """Rows ``[first, stop)`` of one file, reading only the row groups that hold them."""
+    parquet = open_parquet(uri, label)
+    groups, base, offset = [], 0, None
+    for g in range(parquet.metadata.num_row_groups):
+        n = parquet.metadata.row_group(g).num_rows
+        if base + n > first and base < stop:
+            groups.append(g)
+            offset = base if offset is None else offset
+        base += n
+    if not groups:
+        return parquet.schema_arrow.empty_table()
+    return parquet.read_row_groups(groups).slice(first - offset, stop - first)
+
+
+def _parse_cursor(cursor: str | None) -> tuple[int, int]:
+    if not cursor:
+        return 0, 0
+    try:
+        file_index, group = (int(part) for part in cursor.split("."))
+    except ValueError:
+        raise BadRequest(
+            f"bad search cursor {cursor!r}: expected FILE.ROWGROUP, as the page's own link gives"
+        ) from None
+    if file_index < 0 or group < 0:
+        raise BadRequest(f"bad search cursor {cursor!r}")
+    return file_index, group
+
+
+def _preview(row: dict) -> dict:
+    out = {}
+    for key, value in row.items():
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", errors="replace")
+        if isinstance(value, str) and len(value) > PREVIEW_CHARS:
+            value = value[: PREVIEW_CHARS - 1] + "…"
+        out[key] = value
+    return out

@@ -1,0 +1,152 @@
+"""Where the UI finds things: the catalog, and run folders and manifests under its roots.
+
+Runs and manifests are plain files, not catalog entries, so the UI looks for them under the
+folders it was given (default ``$FACTORY_HOME``): a run is a folder holding ``metrics.jsonl`` or
+``checkpoints/``, a manifest a ``*manifest*.json`` file, or one a run or checkpoint names. A run is
+addressed by its path relative to its root; a manifest by its fingerprint. Nothing outside the
+discovered set can be named in a URL, so a request cannot read an arbitrary file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.table import Table
+
+from lakehouse.catalog import load_catalog
+from lakehouse.errors import InputError
+from mixtures.manifest import Manifest
+
+# Folders never walked: the warehouse holds only table files, and can be huge.
+_SKIP = {"warehouse", "tensorboard", ".git", "__pycache__"}
+_MAX_DEPTH = 5
+
+EVALS_TABLE = ("evals", "results")
+TRIALS_TABLE = ("experiments", "trials")
+
+
+@dataclass(frozen=True)
+class RunDir:
+    key: str  # path relative to its root: the URL's name for it
+    path: Path
+
+
+@dataclass(frozen=True)
+class ManifestFile:
+    fingerprint: str
+    path: Path
+    manifest: Manifest
+
+
+class NotFound(InputError):
+    """A page names a run, manifest, checkpoint or document that does not exist (HTTP 404)."""
+
+
+class BadRequest(InputError):
+    """A page was asked for with a parameter it cannot use (HTTP 400)."""
+
+
+class Sources:
+    def __init__(self, catalog_name: str | None, roots: list[Path]) -> None:
+        self.catalog_name = catalog_name
+        self.roots = [r.resolve() for r in roots]
+        self._catalog: Catalog | None = None
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = load_catalog(self.catalog_name)
+        return self._catalog
+
+    def optional_table(self, identifier: tuple[str, ...]) -> Table | None:
+        """A table another part of the factory may or may not have made (evals, sweeps)."""
+        try:
+            return self.catalog.load_table(identifier)
+        except NoSuchTableError:
+            return None
+
+    def runs(self) -> list[RunDir]:
+        found = []
+        for root in self.roots:
+            for folder in _walk(root):
+                if (folder / "metrics.jsonl").is_file() or (folder / "checkpoints").is_dir():
+                    found.append(RunDir(folder.relative_to(root).as_posix() or ".", folder))
+        return sorted(found, key=lambda r: r.key)
+
+    def run(self, key: str) -> RunDir:
+        for run in self.runs():
+            if run.key == key:
+                return run
+        raise NotFound(f"no training run {key!r} under {', '.join(map(str, self.roots))}; the runs page lists them")
+
+    def manifests(self) -> list[ManifestFile]:
+        paths: set[Path] = set()
+        for root in self.roots:
+            for folder in _walk(root):
+                paths.update(p for p in folder.glob("*manifest*.json") if p.is_file())
+        for run in self.runs():
+            named = _json(run.path / "config.resolved.json").get("data", {}).get("manifest")
+            if named:
+                paths.add(Path(named).resolve())
+        found = {}
+        for path in sorted(paths):
+            try:
+                manifest = Manifest.load(path)
+            except Exception:  # not a manifest, or a broken one: not listed
+                continue
+            found.setdefault(manifest.fingerprint, ManifestFile(manifest.fingerprint, path, manifest))
+        return list(found.values())
+
+    def manifest(self, fingerprint: str) -> ManifestFile:
+        for found in self.manifests():
+            if found.fingerprint == fingerprint:
+                return found
+        raise NotFound(f"no manifest with fingerprint {fingerprint!r} under the UI's folders")
+
+
+def run_manifest_fingerprint(run: RunDir) -> str | None:
+    """The fingerprint of the manifest a run trained on, from its newest checkpoint's lineage."""
+    for step_dir in reversed(checkpoint_dirs(run)):
+        lineage = _json(step_dir / "lineage.json")
+        if lineage:
+            return lineage.get("manifest", {}).get("fingerprint")
+    return None
+
+
+def checkpoint_dirs(run: RunDir) -> list[Path]:
+    """The run's complete checkpoints, oldest first."""
+    folder = run.path / "checkpoints"
+    if not folder.is_dir():
+        return []
+    steps = [p for p in folder.glob("step-*") if (p / "COMPLETE").is_file() and p.name[5:].isdigit()]
+    return sorted(steps, key=lambda p: int(p.name[5:]))
+
+
+def read_json(path: Path) -> dict:
+    return _json(path)
+
+
+def _json(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _walk(root: Path):
+    if not root.is_dir():
+        return
+    base = len(root.parts)
+    for folder, dirs, _files in os.walk(root):
+        here = Path(folder)
+        yield here
+        if len(here.parts) - base >= _MAX_DEPTH or (here / "checkpoints").is_dir():
+            dirs[:] = []
+        else:
+            dirs[:] = sorted(d for d in dirs if d not in _SKIP and not d.startswith("."))
