@@ -227,22 +227,27 @@ class _Work:
             F.count(F.when(F.col("_key").startswith(INPUT) & F.col("_bands").isNull(), 1)).alias("short"),
         ).first()
         self.mean_length = counts["bytes"] / max(1, counts["all"])
-        log.info("features of %d document(s) in %.1fs", counts["all"], clock.lap())
+        log.info("dedup stage 1/4 (features): %d document(s) in %.1fs", counts["all"], clock.lap())
         candidates = self._keep(_candidates(_bucket_members(exact, self.band_parts), self.band_parts))
         n_candidates = candidates.count()
-        log.info("%d candidate pair(s) from LSH buckets in %.1fs", n_candidates, clock.lap())
+        log.info("dedup stage 2/4 (LSH buckets): %d candidate pair(s) in %.1fs", n_candidates, clock.lap())
         edges, n_edges = candidates, n_candidates
         if self.cfg.verify and n_candidates:
             edges = self._keep(self._verify(candidates, n_candidates))
             n_edges = edges.count()
-            log.info("%d pair(s) verified at Jaccard ≥ %s in %.1fs", n_edges, self.cfg.minhash.threshold, clock.lap())
+            log.info(
+                "dedup stage 3/4 (verify): %d pair(s) at Jaccard ≥ %s in %.1fs",
+                n_edges,
+                self.cfg.minhash.threshold,
+                clock.lap(),
+            )
         roots = connected_components(edges, "a", "b", edge_count=n_edges) if n_edges else None
         if roots is not None and 2 * n_edges <= BROADCAST_KEYS:
             roots = F.broadcast(roots)
         decided = self._keep(_decide(exact, roots, self.doc_parts))
         stats = _stats(decided)
         stats.update({"short-documents": counts["short"], "candidate-pairs": n_candidates, "verified-pairs": n_edges})
-        log.info("clusters decided in %.1fs: %s", clock.lap(), stats)
+        log.info("dedup stage 4/4 (clusters) decided in %.1fs: %s", clock.lap(), stats)
         return decided, stats
 
     def cluster_rows(self, decided: DataFrame, stats: dict[str, int]) -> DataFrame:

@@ -91,6 +91,7 @@ def _create_session(app_name: str) -> SparkSession:
             .config("spark.driver.memory", driver_memory())
             .config("spark.driver.extraJavaOptions", options)
             .config("spark.ui.enabled", os.environ.get("FACTORY_SPARK_UI", "false"))
+            .config("spark.ui.showConsoleProgress", console_progress())
         )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -106,6 +107,15 @@ def _quiet_accumulator_server(spark: SparkSession) -> None:
         server.handle_error = lambda _request, address: log.debug(
             "accumulator server: a connection from %s failed", address, exc_info=True
         )
+
+
+def console_progress() -> str:
+    """Spark's stage progress bar on a terminal only: redrawn with carriage returns, it would fill
+    a log file or CI output with hundreds of half-lines."""
+    try:
+        return "true" if os.isatty(sys.stderr.fileno()) else "false"
+    except (AttributeError, OSError, ValueError):  # stderr replaced by an object without a descriptor
+        return "false"
 
 
 def driver_memory() -> str:

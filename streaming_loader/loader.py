@@ -30,10 +30,11 @@ import numpy as np
 import torch
 
 from lakehouse.errors import DataFileError, LoaderStateError
+from lakehouse.faults import maybe_fail
 from lakehouse.parquet import missing_files
 from mixtures.manifest import Manifest
 from streaming_loader.config import LoaderConfig
-from streaming_loader.metrics import LoaderMetrics
+from streaming_loader.metrics import WAITING_SINCE, LoaderMetrics, first_batch_progress
 from streaming_loader.mix import MixSchedule, deal
 from streaming_loader.pack import SubStream, Window
 from streaming_loader.plan import StreamPlan
@@ -87,6 +88,7 @@ class StreamingLoader:
         self.schedule = MixSchedule(weights, config.global_batch_size)
         self._backend = self._make_backend()
         self._batch = 0
+        self._served_one = False  # the first batch this loader serves is awaited with progress lines
         self._deficits = self.schedule.initial_deficits()
         self._streams: dict[tuple[int, int], SubStream] = {}
         self._cursors = {s: {n: Cursor() for n in self.components} for s in config.rank_shards}
@@ -105,7 +107,21 @@ class StreamingLoader:
         return self
 
     def __next__(self) -> dict[str, torch.Tensor]:
+        if not self._served_one:
+            # The first batch can take minutes (readers start, files open, tokenizers warm up):
+            # say so while it comes, in log lines, never a redrawn bar.
+            with first_batch_progress(self._backend.buffered):
+                batch = self._next_batch()
+            self._served_one = True
+            return batch
+        return self._next_batch()
+
+    def _next_batch(self) -> dict[str, torch.Tensor]:
         began, waited = time.perf_counter(), self._waited()
+        WAITING_SINCE.set(time.time())
+        # A test holds the loader here (FACTORY_PAUSE_AT=loader-next-<batch>:<folder>) to see the
+        # stalled-loader alert fire.
+        maybe_fail(f"loader-next-{self._batch}")
         counts, deficits = self.schedule.counts(self._deficits)
         hands = deal(counts, self.config.shards, self.manifest.seed, self._batch)
         streams = [(c, self._stream(shard, c)) for shard in self.config.rank_shards for c in hands[shard]]
@@ -123,6 +139,7 @@ class StreamingLoader:
             time.perf_counter() - began,
             self._backend.buffered(),
         )
+        WAITING_SINCE.set(0)
         return batch
 
     # --- state ------------------------------------------------------------------------------

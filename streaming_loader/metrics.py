@@ -8,8 +8,10 @@ or any exporter serves them), labelled by mixture component where it matters. Ra
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from prometheus_client import Counter, Gauge
 
@@ -22,6 +24,10 @@ WAIT = Counter("factory_loader_wait_seconds", "Seconds next(loader) was blocked 
 NEXT = Counter("factory_loader_next_seconds", "Seconds spent inside next(loader), waiting included")
 BUFFERED = Gauge("factory_loader_buffered_units", "Units read and tokenized, waiting for the packers")
 TARGET = Gauge("factory_loader_target_share", "Target share of sequences per component (its weight)", ["component"])
+WAITING_SINCE = Gauge(
+    "factory_loader_next_started_timestamp_seconds",
+    "Unix time the pending next(loader) began; 0 while training holds a batch (a stall: long ago, not 0)",
+)
 DELIVERED = Gauge("factory_loader_delivered_share", "Delivered share of tokens per component", ["component"])
 
 
@@ -91,3 +97,29 @@ class LoaderMetrics:
             "token_share": {n: t / total for n, t in zip(self.names, self.tokens, strict=True)},
             "target_share": dict(zip(self.names, self.weights, strict=True)),
         }
+
+
+# How often the wait for a first batch is reported.
+FIRST_BATCH_REPORT_S = 5.0
+
+
+@contextmanager
+def first_batch_progress(buffered: Callable[[], int], every_s: float | None = None) -> Iterator[None]:
+    """Log every few seconds while the first batch is awaited: how long, and how much is read."""
+    every_s = FIRST_BATCH_REPORT_S if every_s is None else every_s
+    done, began = threading.Event(), time.monotonic()
+
+    def report() -> None:
+        while not done.wait(every_s):
+            log.info(
+                "loader: waiting for the first batch for %.0fs; %d unit(s) read and tokenized so far",
+                time.monotonic() - began,
+                buffered(),
+            )
+
+    thread = threading.Thread(target=report, name="first-batch-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()

@@ -70,6 +70,8 @@ class ModelConfig:
 class RunConfig:
     dir: str = "runs/default"  # run directory: checkpoints/, metrics.jsonl, config.resolved.json
     seed: int = 0  # model initialisation seed (the data order is the manifest's seed)
+    metrics_port: int = 0  # serve Prometheus metrics on this port + the local rank; 0 = off
+    metrics_host: str = "127.0.0.1"  # address the metrics server binds ("0.0.0.0" for a remote Prometheus)
 
 
 @dataclass

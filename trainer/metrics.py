@@ -1,4 +1,6 @@
-"""Training metrics: JSON lines always, TensorBoard when it is installed, a line on the console."""
+"""Training metrics: JSON lines always, TensorBoard when it is installed, a line on the console, and
+Prometheus gauges and counters on every rank (served when ``run.metrics_port`` is set; the names
+are listed in docs/architecture.md#metrics-and-alerts)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,40 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from prometheus_client import Counter, Gauge, start_http_server
+
+STEP = Gauge("factory_train_step", "Optimizer steps done")
+STEPS = Counter("factory_train_steps", "Optimizer steps taken by this process")
+LAST_STEP = Gauge("factory_train_last_step_timestamp_seconds", "Unix time the last optimizer step ended")
+LOSS = Gauge("factory_train_loss", "Training loss of the last step")
+LEARNING_RATE = Gauge("factory_train_learning_rate", "Learning rate of the last step")
+TOKENS = Counter("factory_train_tokens", "Tokens trained on (global batch × sequence length per step)")
+STEP_SECONDS = Counter("factory_train_step_seconds", "Seconds spent in optimizer steps, data wait included")
+DATA_WAIT = Counter("factory_train_data_wait_seconds", "Seconds steps waited for the loader's next batch")
+EVAL_LOSS = Gauge("factory_eval_loss", "Held-out loss at the last evaluation", ["component"])
+
+
+def serve_prometheus(port: int, host: str, local_rank: int) -> None:
+    """Expose this process's metrics (trainer's and loader's) at ``http://host:port+local_rank/metrics``."""
+    if port:
+        start_http_server(port + local_rank, addr=host)
+
+
+def export_step(step: int, loss: float, lr: float, tokens: int, seconds: float, waited: float) -> None:
+    STEP.set(step)
+    STEPS.inc()
+    LOSS.set(loss)
+    LEARNING_RATE.set(lr)
+    TOKENS.inc(tokens)
+    STEP_SECONDS.inc(seconds)
+    DATA_WAIT.inc(waited)
+    LAST_STEP.set(time.time())
+
+
+def export_eval(results: dict[str, dict[str, float]]) -> None:
+    for component, values in results.items():
+        EVAL_LOSS.labels(component).set(values["loss"])
 
 
 class MetricsLog:

@@ -28,7 +28,7 @@ from streaming_loader.loader import IGNORE_INDEX, StreamingLoader
 from trainer import checkpoint
 from trainer.config import Config, load_config
 from trainer.data import build_eval_loader, build_loader, lineage_base, merge_loader_states
-from trainer.metrics import MetricsLog
+from trainer.metrics import MetricsLog, export_eval, export_step, serve_prometheus
 from trainer.model import Transformer
 from trainer.parallel import World, all_reduce_sum, apply_compile, apply_fsdp, compute_dtype, init_world, shutdown
 from trainer.schedule import warmup_cosine
@@ -128,6 +128,7 @@ def evaluate(model: nn.Module, cfg: Config, world: World) -> dict[str, dict[str,
 
 def train(cfg: Config, world: World, resume: bool = False) -> list[float]:
     """Run (or continue) training; returns the losses of the steps this call ran."""
+    serve_prometheus(cfg.run.metrics_port, cfg.run.metrics_host, world.local_rank)
     loader, vocab_size = build_loader(cfg, world)
     # Both are closed however the run ends (the `with` is their `finally`): an error or Ctrl-C
     # mid-run must not leave Ray pipelines running or the metrics file open.
@@ -177,6 +178,7 @@ def _train(
         losses.append(loss)
         elapsed = time.perf_counter() - started
         tokens = cfg.data.global_batch_size * cfg.data.seq_len
+        export_step(step, loss, lr, tokens, elapsed, waited)
         metrics.log(
             step,
             "train",
@@ -191,7 +193,9 @@ def _train(
         maybe_fail(f"after-step-{step}")
         last = step == cfg.train.steps
         if cfg.eval.every and (step % cfg.eval.every == 0 or last):
-            metrics.log(step, "eval", evaluate(model, cfg, world))
+            results = evaluate(model, cfg, world)
+            export_eval(results)
+            metrics.log(step, "eval", results)
         if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or last:
             state = loader.state_dict()
             record = lineage_record(lineage, run_dir, step, state, cfg) if world.is_main else {}

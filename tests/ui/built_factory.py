@@ -94,11 +94,11 @@ class BuiltFactory:
 
 def documents() -> dict[str, str]:
     docs = {f"good-{i}": prose(i) for i in range(40)}
-    original = prose(500)
+    original = prose(500, sentences=24)
     lines = original.splitlines()
-    lines[2] = "A changed line about the harbor and the lantern in the quiet evening market."
+    lines[2] += " The lantern stayed lit."
     docs["near-a"] = original
-    docs["near-b"] = "\n".join(lines) + "\n"  # a near duplicate: one line of six differs
+    docs["near-b"] = "\n".join(lines) + "\n"  # a near duplicate: one line of twelve grew
     docs["exact-copy"] = prose(3)  # the same text as good-3
     docs["spam"] = "\n".join(["Buy the best tools and seeds with us in the village today."] * 12)
     docs["hello"] = "Hi."

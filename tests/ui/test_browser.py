@@ -1,0 +1,192 @@
+"""The UI in a real browser: headless Chromium (Debian's) driven by Playwright, on a factory the
+real jobs built (ingest, dedup, filter, pin, train). Screenshots land in the test's temporary
+folder, or in $FACTORY_UI_SCREENSHOTS (how docs/images/ was made)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.ui.built_factory import BuiltFactory, Server, build
+
+CHROMIUM = "/usr/bin/chromium"
+# Chromium as root, offline: no sandbox, no GPU, no calls home.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium is not installed (apt-get install chromium)"),
+]
+
+
+@pytest.fixture(scope="module")
+def factory(spark, tmp_path_factory) -> BuiltFactory:
+    return build(spark, tmp_path_factory.mktemp("ui-home"))
+
+
+@pytest.fixture(scope="module")
+def base_url(factory):
+    with Server(factory.home) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser, base_url):
+    """A fresh tab that records every console message and page error."""
+    context = browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 900})
+    tab = context.new_page()
+    tab.console_messages_seen = []
+    tab.on("console", lambda message: tab.console_messages_seen.append(message.text))
+    tab.on("pageerror", lambda error: tab.console_messages_seen.append(f"pageerror: {error}"))
+    yield tab
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    folder = Path(os.environ.get("FACTORY_UI_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def snap(page, shots: Path, name: str) -> None:
+    path = shots / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 5000  # something was drawn
+
+
+def test_tables_and_snapshots(page, shots):
+    page.goto("/")
+    tables = page.locator("#tables").inner_text()
+    for name in ("raw.web", "dedup.web", "dedup.web_clusters", "filtered.web", "filtered.quarantine", "evals.results"):
+        assert name in tables
+    assert "v1" in page.locator("#tables tr", has_text="filtered.web").first.inner_text()  # the filter's tag
+    snap(page, shots, "tables")
+    page.click("#tables a:text-is('filtered.web')")
+    rows = page.locator("#snapshots").inner_text()
+    assert "filter" in rows and "ui-filter" in rows and "documents-in=" in rows
+    page.locator("#snapshots a").first.click()
+    assert "ui-filter" in page.locator("#factory").inner_text()
+
+
+def test_planted_markup_is_shown_as_text_and_never_runs(page, factory, shots):
+    page.goto("/tables/raw.web/snapshots/main/documents?q=Notes")
+    table = page.locator("#documents").inner_text()
+    assert "<script>window.__xss = 1;" in table  # shown, as text
+    page.click(f"#documents a:text-is('{factory.xss_doc_id}')")
+    text = page.locator("#text").inner_text()
+    assert text.startswith("Notes <script>window.__xss = 1;") and 'onerror="window.__xss = 2' in text
+    assert "javascript:window.__xss = 3" in text
+    snap(page, shots, "document")
+    assert page.locator("#planted-link").count() == 0 and page.locator("img[src=x]").count() == 0
+    assert page.evaluate("() => window.__xss") is None
+    assert not [m for m in page.console_messages_seen if "XSS-RAN" in m or "Content Security Policy" in m]
+
+
+def test_documents_page_through_a_snapshot(page):
+    page.goto("/tables/raw.web/snapshots/main/documents")
+    assert "read 1 of 1 data file" in page.locator("#read-stats").inner_text()
+    first = page.locator("#documents tr").count()
+    page.click("#next")
+    assert "page 2" in page.content() and page.locator("#documents tr").count() >= 2
+    assert page.locator("#documents tr").count() <= first
+
+
+def test_a_near_duplicate_cluster_side_by_side(page, factory, shots):
+    page.goto("/tables/dedup.web_clusters/snapshots/main/clusters")
+    cluster = min(factory.near_original, factory.near_copy)  # a cluster is named by its smallest doc_id
+    page.click(f"a.cluster:text-is('{cluster}')")
+    members = page.locator(".member")
+    assert members.count() == 2
+    removed = page.locator(".member", has_text="removed")
+    jaccard = float(removed.locator(".jaccard").inner_text())
+    estimate = float(removed.locator(".minhash").inner_text())
+    assert 0.9 < jaccard < 1.0 and abs(estimate - jaccard) < 0.15
+    changed = removed.locator(".diff .add, .diff .del").all_inner_texts()
+    assert any("The lantern stayed lit." in line for line in changed)
+    snap(page, shots, "cluster")
+
+
+def test_quarantine_counts_samples_and_a_documents_metrics(page, shots):
+    page.goto("/tables/filtered.quarantine/snapshots/main/quarantine")
+    counts = page.locator("#counts").inner_text()
+    assert re.search(r"gopher_repetition\s+dup_line_frac\s+1", counts)
+    assert re.search(r"gopher_quality\s+gopher_below_avg_threshold\s+1", counts)
+    snap(page, shots, "quarantine")
+    page.locator("#reason-dup_line_frac + table a").first.click()
+    metrics = page.locator("table.metrics").inner_text()
+    assert "dup_line_frac" in metrics
+    assert "Buy the best tools" in page.locator("pre.record").inner_text()
+
+
+def test_a_run_from_its_curves_through_its_checkpoint_back_to_the_raw_file(page, factory, shots):
+    page.goto("/")
+    page.click(f"a:text-is('{factory.run_key}')")
+    titles = page.locator("#plots img").evaluate_all("images => images.map(i => i.title)")
+    assert titles == ["training loss", "learning rate", "tokens/s", "data-wait fraction", "eval loss per component"]
+    assert all(page.locator("#plots img").evaluate_all("images => images.map(i => i.naturalWidth > 100)"))
+    assert page.locator("#checkpoints a.checkpoint").all_inner_texts() == ["step 2", "step 4"]
+    assert "heldout" in page.locator("#eval-results").inner_text()
+    snap(page, shots, "run")
+
+    page.click("a.checkpoint:text-is('step 4')")
+    tree = page.locator("#lineage-tree").inner_text()
+    assert "filter → filtered.web" in tree and "ingest → raw.web" in tree and str(factory.raw_file) in tree
+    page.click("#lineage-tree a.component-snapshot")  # filtered.web@… : its page and lineage graph
+    stages = page.locator("#lineage a.node").evaluate_all("nodes => nodes.map(n => n.dataset.stage)")
+    assert {"raw input", "ingest", "dedup", "filter", "manifest", "run", "checkpoint", "eval"} <= set(stages)
+    snap(page, shots, "lineage")
+
+    page.locator("#lineage a.node[data-stage=dedup]").click()
+    assert "dedup.web@" in page.locator("h1").inner_text()
+    page.locator("a.input-table").first.click()  # the dedup's input: raw.web@…
+    assert "raw.web@" in page.locator("h1").inner_text() and "ui-ingest" in page.locator("#factory").inner_text()
+    assert page.locator("#inputs .raw-input").inner_text().endswith(str(factory.raw_file))
+
+
+def test_manifest_and_sweeps(page, shots):
+    page.goto("/")
+    page.click("#manifests ~ ul a")
+    assert "web · weight 1.0000" in page.locator("h2").first.inner_text()
+    assert page.locator("table.files tr").count() >= 2
+    snap(page, shots, "manifest")
+    page.click("a.component-snapshot")
+    assert "filtered.web@" in page.locator("h1").inner_text()
+    page.goto("/sweeps")
+    assert "lr-sweep" in page.content() and "0.003" in page.locator("table.trials").inner_text()
+
+
+def test_bad_links_give_clear_pages(page):
+    for url, status, says in [
+        ("/tables/raw.nope", 404, "does not exist"),
+        ("/runs/runs/missing", 404, "no training run"),
+    ]:
+        response = page.goto(url)
+        assert response.status == status and says in page.locator("main").inner_text()
+
+
+def test_screenshots_folder_holds_the_main_pages(shots):
+    names = {p.stem for p in shots.glob("*.png")}
+    assert {"tables", "document", "cluster", "quarantine", "run", "lineage"} <= names
