@@ -73,6 +73,9 @@ class RunConfig:
     metrics_port: int = 0  # serve Prometheus metrics on this port + the local rank; 0 = off
     metrics_host: str = "127.0.0.1"  # address the metrics server binds ("0.0.0.0" for a remote Prometheus)
 
+    def __post_init__(self) -> None:
+        _check(0 <= self.metrics_port < 65536, "run.metrics_port must be a port number (0 = no metrics server)")
+
 
 @dataclass
 class DataConfig:

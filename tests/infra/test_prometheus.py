@@ -187,3 +187,13 @@ def _ready(base: str) -> bool:
 def _firing(base: str) -> set[str]:
     alerts = api(base, "alerts")["data"]["alerts"]
     return {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
+
+
+def test_a_metrics_port_out_of_range_is_refused(tmp_path):
+    from lakehouse.errors import ConfigError
+    from trainer.config import load_config
+
+    config = tmp_path / "train.toml"
+    config.write_text('[data]\nmanifest = "m.json"\ntokenizer = "t.json"\n')
+    with pytest.raises(ConfigError, match="run.metrics_port"):
+        load_config(str(config), ["run.metrics_port=70000"])
