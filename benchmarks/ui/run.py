@@ -26,7 +26,9 @@ sys.path.insert(0, str(REPO))
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", type=Path, help="reuse or build the table here (default: a temporary folder)")
-    parser.add_argument("--megabytes", type=int, default=128, help="table size (default: 128, the loader's large table)")
+    parser.add_argument(
+        "--megabytes", type=int, default=128, help="table size (default: 128, the loader's large table)"
+    )
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     home = args.home or Path(tempfile.mkdtemp(prefix="ui-bench-"))
@@ -68,7 +70,11 @@ def main() -> int:
                 assert response.status_code == 200, response.text[-500:]
             results[name] = {"median_s": statistics.median(times), "files_opened": len(opened)}
             print(f"{name:30s} {statistics.median(times) * 1000:8.1f} ms   {len(opened)} of {files} files opened")
-    for name, offset in (("first page", 0), ("middle page", total // size // 2 * size), ("last page", (total - 1) // size * size)):
+    for name, offset in (
+        ("first page", 0),
+        ("middle page", total // size // 2 * size),
+        ("last page", (total - 1) // size * size),
+    ):
         times = []
         for _ in range(max(1, args.repeat // 2)):
             began = time.perf_counter()

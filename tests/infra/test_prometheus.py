@@ -195,5 +195,5 @@ def test_a_metrics_port_out_of_range_is_refused(tmp_path):
 
     config = tmp_path / "train.toml"
     config.write_text('[data]\nmanifest = "m.json"\ntokenizer = "t.json"\n')
-    with pytest.raises(ConfigError, match="run.metrics_port"):
+    with pytest.raises(ConfigError, match=r"run\.metrics_port"):
         load_config(str(config), ["run.metrics_port=70000"])
