@@ -90,10 +90,11 @@ def _catalog(home: Path, megabytes: int):
     from pyiceberg.catalog import load_catalog
 
     from benchmarks.loader.run import stdlib_texts, write_table
-    from lakehouse.catalog import embedded_catalog_properties
+    from lakehouse.catalog import EMBEDDED_CATALOG_NAME, embedded_catalog_properties
 
     (home / "warehouse").mkdir(parents=True, exist_ok=True)
-    catalog = load_catalog("bench", **embedded_catalog_properties(home))
+    # Under the embedded catalog's name: the UI opens $FACTORY_HOME's catalog by it.
+    catalog = load_catalog(EMBEDDED_CATALOG_NAME, **embedded_catalog_properties(home))
     if not catalog.table_exists(("bench", "large")):
         write_table(catalog, "large", stdlib_texts(), megabytes)
     return catalog
