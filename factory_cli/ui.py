@@ -23,13 +23,13 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "ui") -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not 0 <= args.port < 65536:
+        raise InputError(f"--port must be between 0 and 65535, got {args.port}")
     import uvicorn
 
     from ui.app import create_app
     from ui.sources import Sources
 
-    if not 0 <= args.port < 65536:
-        raise InputError(f"--port must be between 0 and 65535, got {args.port}")
     sources = Sources(args.catalog, args.runs or [factory_home()])
     sources.catalog  # noqa: B018  (a catalog that cannot load is an error now, not on the first page)
     if args.host not in ("127.0.0.1", "localhost", "::1"):

@@ -7,12 +7,6 @@ import io
 import json
 from pathlib import Path
 
-# The UI draws with matplotlib's non-interactive backend: no display, no GUI toolkit.
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 TRAIN_CURVES = (
     ("loss", "training loss"),
     ("lr", "learning rate"),
@@ -57,6 +51,13 @@ def curves(records: list[dict]) -> list[tuple[str, str]]:
 
 
 def _plot(title: str, series: dict[str, list[tuple[int, float]]]) -> str:
+    # Imported on the first plot (a second or two): the other pages and `factory ui` start without it.
+    # The Agg backend draws without a display or GUI toolkit.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     figure, axes = plt.subplots(figsize=(4.2, 2.6), dpi=80)
     try:
         for name, points in sorted(series.items()):

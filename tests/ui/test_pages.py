@@ -9,6 +9,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
+from tests.conftest import run_factory
 from tests.corpora import make_table
 from ui import documents
 from ui.app import create_app
@@ -100,28 +101,33 @@ def test_document_text_is_escaped_everywhere_it_is_shown(catalog, client):
         assert "default-src 'none'" in response.headers["content-security-policy"]
 
 
-@pytest.mark.parametrize(
-    ("url", "status", "says"),
-    [
-        ("/tables/raw.nothing", 404, "raw.nothing does not exist"),
-        ("/tables/raw.web/snapshots/12345", 404, "12345"),
-        ("/tables/raw.web/snapshots/no-such-tag/documents", 404, "no-such-tag"),
-        ("/tables/bad..name", 400, "bad..name"),
-        ("/tables/raw.web/snapshots/main/documents?cursor=x.y&q=a", 400, "bad search cursor"),
-        ("/tables/raw.web/snapshots/main/documents?page_no=-1", 400, "page_no"),
-        ("/tables/raw.web/snapshots/main/documents?page_no=abc", 400, "page_no"),
-        ("/tables/raw.web/snapshots/main/documents?doc_id=nope", 404, "no document 'nope'"),
-        ("/tables/raw.web/snapshots/main/clusters", 400, "no cluster_id column"),
-        ("/tables/raw.web/snapshots/main/quarantine", 400, "no reason column"),
-        ("/runs/nope", 404, "no training run 'nope'"),
-        ("/runs/nope/checkpoints/3", 404, "no training run"),
-        ("/manifests/abc", 404, "no manifest"),
-        ("/no/such/page", 404, "no such page"),
-    ],
-)
-def test_bad_requests_get_a_clear_page_never_a_traceback(catalog, client, url, status, says):
+BAD_REQUESTS = [
+    ("/tables/raw.nothing", 404, "raw.nothing does not exist"),
+    ("/tables/raw.web/snapshots/12345", 404, "12345"),
+    ("/tables/raw.web/snapshots/no-such-tag/documents", 404, "no-such-tag"),
+    ("/tables/bad..name", 400, "bad..name"),
+    ("/tables/raw.web/snapshots/main/documents?cursor=x.y&q=a", 400, "bad search cursor"),
+    ("/tables/raw.web/snapshots/main/documents?page_no=-1", 400, "page_no"),
+    ("/tables/raw.web/snapshots/main/documents?page_no=abc", 400, "page_no"),
+    ("/tables/raw.web/snapshots/main/documents?doc_id=nope", 404, "no document 'nope'"),
+    ("/tables/raw.web/snapshots/main/clusters", 400, "no cluster_id column"),
+    ("/tables/raw.web/snapshots/main/quarantine", 400, "no reason column"),
+    ("/runs/nope", 404, "no training run 'nope'"),
+    ("/runs/nope/checkpoints/3", 404, "no training run"),
+    ("/manifests/abc", 404, "no manifest"),
+    ("/no/such/page", 404, "no such page"),
+]
+
+
+def test_bad_requests_get_a_clear_page_never_a_traceback(catalog, client):
     make_table(catalog, "raw.web", 5, files=1)
-    response = client.get(url)
-    assert response.status_code == status, response.text
-    assert says in html.unescape(response.text)
-    assert "Traceback" not in response.text and 'File "' not in response.text
+    for url, status, says in BAD_REQUESTS:
+        response = client.get(url)
+        assert response.status_code == status, f"{url}: {response.status_code} {response.text[-300:]}"
+        assert says in html.unescape(response.text), url
+        assert "Traceback" not in response.text and 'File "' not in response.text, url
+
+
+def test_factory_ui_refuses_a_port_that_is_no_port(factory_home):
+    done = run_factory("ui", "--port", "70000")
+    assert done.returncode == 2 and "--port must be between 0 and 65535" in done.stderr
