@@ -196,9 +196,5 @@ def _layout(graph: Graph) -> None:
     graph.height = PAD * 2 + 20 + tallest * (NODE_H + GAP_Y)
 
 
-def column_x(index: int) -> int:
-    return PAD + index * (NODE_W + GAP_X)
-
-
 def _shorten(text: str) -> str:
     return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"

@@ -90,7 +90,7 @@ class Sources:
             for folder in _walk(root):
                 paths.update(p for p in folder.glob("*manifest*.json") if p.is_file())
         for run in self.runs():
-            named = _json(run.path / "config.resolved.json").get("data", {}).get("manifest")
+            named = read_json(run.path / "config.resolved.json").get("data", {}).get("manifest")
             if named:
                 paths.add(Path(named).resolve())
         found = {}
@@ -112,7 +112,7 @@ class Sources:
 def run_manifest_fingerprint(run: RunDir) -> str | None:
     """The fingerprint of the manifest a run trained on, from its newest checkpoint's lineage."""
     for step_dir in reversed(checkpoint_dirs(run)):
-        lineage = _json(step_dir / "lineage.json")
+        lineage = read_json(step_dir / "lineage.json")
         if lineage:
             return lineage.get("manifest", {}).get("fingerprint")
     return None
@@ -128,10 +128,7 @@ def checkpoint_dirs(run: RunDir) -> list[Path]:
 
 
 def read_json(path: Path) -> dict:
-    return _json(path)
-
-
-def _json(path: Path) -> dict:
+    """A JSON object from a file; {} when it is missing, cut short or not an object."""
     try:
         value = json.loads(path.read_text())
     except (OSError, ValueError):
