@@ -26,7 +26,7 @@ from ui import clusters as cluster_pages
 from ui import documents, quarantine
 from ui.evals import run_evals, trials
 from ui.graph import NODE_H, NODE_W, snapshot_graph, snapshot_href
-from ui.runs import curves, read_metrics
+from ui.runs import curves, read_metrics, result_curves
 from ui.sources import BadRequest, NotFound, Sources, checkpoint_dirs, read_json
 
 log = logging.getLogger("factory.ui")
@@ -206,7 +206,7 @@ def create_app(sources: Sources) -> FastAPI:
         return page(
             "run.html",
             run=run,
-            plots=curves(records),
+            plots=curves(records) + result_curves(evals),
             checkpoints=steps,
             last=last,
             evals=evals,
@@ -214,9 +214,9 @@ def create_app(sources: Sources) -> FastAPI:
         )
 
     @app.get("/sweeps", response_class=HTMLResponse)
-    def sweeps_page():
-        found = trials(sources)
-        return page("sweeps.html", found=found)
+    def sweeps_page(sort: str = ""):
+        found = trials(sources, sort)
+        return page("sweeps.html", found=found, sort=sort)
 
     return app
 

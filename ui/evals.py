@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ui.sources import EVALS_TABLE, TRIALS_TABLE, Sources
+from ui.sources import EVALS_TABLE, TRIALS_TABLE, BadRequest, Sources
 
 # These tables hold one row per result or trial: small next to document tables, read whole.
 MAX_ROWS = 20000
@@ -24,15 +24,21 @@ def run_evals(sources: Sources, run_key: str, run_name: str, run_path: str) -> l
     ]
 
 
-def trials(sources: Sources) -> tuple[list[str], dict[str, list[dict]]] | None:
-    """Columns and rows per sweep, or None when there is no trials table."""
+def trials(sources: Sources, sort: str = "") -> tuple[list[str], dict[str, list[dict]]] | None:
+    """Columns and rows per sweep (ascending by ``sort``, missing values last), or None when there
+    is no trials table."""
     table = sources.optional_table(TRIALS_TABLE)
     if table is None:
         return None
     data = (
         table.scan(limit=MAX_ROWS).to_arrow() if table.current_snapshot() else table.schema().as_arrow().empty_table()
     )
+    if sort and sort not in data.column_names:
+        raise BadRequest(f"experiments.trials has no column {sort!r} to sort by")
+    rows = data.to_pylist()
+    if sort:
+        rows.sort(key=lambda r: (r[sort] is None, r[sort] if isinstance(r[sort], (int, float)) else str(r[sort])))
     by_sweep: dict[str, list[dict]] = {}
-    for row in data.to_pylist():
+    for row in rows:
         by_sweep.setdefault(str(row.get("sweep_id")), []).append(row)
     return data.column_names, by_sweep

@@ -50,6 +50,22 @@ def curves(records: list[dict]) -> list[tuple[str, str]]:
     return plots
 
 
+def result_curves(rows: list[dict]) -> list[tuple[str, str]]:
+    """One plot per eval suite from ``evals.results`` rows: each metric over the checkpoints' steps."""
+    by_suite: dict[str, dict[str, dict[int, float]]] = {}
+    for row in rows:
+        if isinstance(row.get("step"), int) and isinstance(row.get("value"), (int, float)):
+            series = by_suite.setdefault(str(row.get("suite")), {}).setdefault(str(row.get("metric")), {})
+            series[row["step"]] = row["value"]  # a checkpoint evaluated twice: its last row
+    return [
+        (
+            f"{suite} (evals.results)",
+            _plot(f"{suite} (evals.results)", {m: sorted(p.items()) for m, p in metrics.items()}),
+        )
+        for suite, metrics in sorted(by_suite.items())
+    ]
+
+
 def _plot(title: str, series: dict[str, list[tuple[int, float]]]) -> str:
     # Imported on the first plot (a second or two): the other pages and `factory ui` start without it.
     # The Agg backend draws without a display or GUI toolkit.

@@ -147,7 +147,14 @@ def test_a_run_from_its_curves_through_its_checkpoint_back_to_the_raw_file(page,
     page.goto("/")
     page.click(f"a:text-is('{factory.run_key}')")
     titles = page.locator("#plots img").evaluate_all("images => images.map(i => i.title)")
-    assert titles == ["training loss", "learning rate", "tokens/s", "data-wait fraction", "eval loss per component"]
+    assert titles == [
+        "training loss",
+        "learning rate",
+        "tokens/s",
+        "data-wait fraction",
+        "eval loss per component",
+        "heldout (evals.results)",
+    ]
     assert all(page.locator("#plots img").evaluate_all("images => images.map(i => i.naturalWidth > 100)"))
     assert page.locator("#checkpoints a.checkpoint").all_inner_texts() == ["step 2", "step 4"]
     assert "heldout" in page.locator("#eval-results").inner_text()
@@ -178,6 +185,10 @@ def test_manifest_and_sweeps(page, shots):
     assert "filtered.web@" in page.locator("h1").inner_text()
     page.goto("/sweeps")
     assert "lr-sweep" in page.content() and "0.003" in page.locator("table.trials").inner_text()
+    page.click("table.trials th a:text-is('final_loss')")  # compare trials: best first
+    trials = page.locator("table.trials tr td:first-child").all_inner_texts()
+    assert [t.strip() for t in trials] == ["lr-sweep", "lr-sweep"]
+    assert page.locator("table.trials tr").nth(1).inner_text().split("\t")[1] == "t1"  # final_loss 4.1 < 4.4
 
 
 def test_bad_links_give_clear_pages(page):
