@@ -23,7 +23,7 @@ class SuiteOptions:
     """What ``factory eval`` passes every suite; each reads the options that concern it."""
 
     samples: int = 1  # completions per problem (humaneval: pass@k for k <= samples)
-    limit: int | None = None  # humaneval: the first N problems; heldout: N batches instead of the run's eval.batches
+    limit: int | None = None  # humaneval: the first N problems
     max_new_tokens: int = 128  # humaneval: longest completion
     temperature: float = 0.8  # humaneval, when samples > 1 (one sample is greedy)
     timeout_s: float = 5.0  # humaneval: wall-clock limit per program

@@ -21,13 +21,11 @@ DESCRIPTION = "loss on each mixture component's held-out split"
 
 
 def params(options: SuiteOptions) -> dict[str, object]:
-    return {"batches": options.limit}  # None: the run's own eval.batches
+    return {}  # the run's own eval.batches, as its lineage recorded them: nothing here to choose
 
 
 def run(checkpoint: LoadedCheckpoint, options: SuiteOptions) -> list[Metric]:
     config = copy.deepcopy(checkpoint.config)
-    if options.limit:
-        config.eval.batches = options.limit
     world = World(rank=0, size=1, local_rank=0, device=checkpoint.device, mesh=None)
     results = evaluate(checkpoint.model, config, world)
     checkpoint.model.eval()  # evaluate() leaves the model in training mode for the train loop
