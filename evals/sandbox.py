@@ -46,8 +46,8 @@ from typing import IO
 from lakehouse.errors import MissingDependencyError
 
 MODES = ("bwrap", "unshare", "setuid")
-SANDBOX_UID = 65534  # nobody, inside bubblewrap's user namespace
-SLOT_UID_BASE = 61000  # unshare and setuid modes: slot n runs as uid 61000 + n (no account needed)
+SANDBOX_UID = 65534  # nobody, as the program sees itself inside bubblewrap's user namespace
+SLOT_UID_BASE = 61000  # run by root, slot n runs as uid 61000 + n (no account needed) in every mode
 _OUTPUT_TAIL = 4096
 
 
@@ -118,7 +118,7 @@ def run_program(source: str, limits: Limits = Limits(), mode: str | None = None,
     uid = SLOT_UID_BASE + slot
     try:
         (folder / "program.py").write_text(source, encoding="utf-8")
-        if mode != "bwrap":
+        if os.geteuid() == 0:
             os.chown(folder, uid, uid)
         # Read back through this descriptor, never by name: the program owns its folder and could put
         # a link to another file in the log's place.
@@ -141,7 +141,7 @@ def run_program(source: str, limits: Limits = Limits(), mode: str | None = None,
             finally:
                 _kill_group(process.pid)
                 process.wait()
-                if mode == "setuid":
+                if os.geteuid() == 0:
                     _kill_uid(uid)  # a process that left the group (setsid) is still this uid's
             return Outcome(status == "passed", status, returncode, _tail(out))
     finally:
@@ -163,8 +163,16 @@ def _command(mode: str, folder: Path, limits: Limits, uid: int) -> list[str]:
         "-B",
         str(folder / "program.py"),
     ]
+    # Root drops to the slot's uid first, bubblewrap included: RLIMIT_NPROC exempts uid 0, and a
+    # user namespace mapped to root outside would leave a fork bomb unbounded.
+    as_user = (
+        ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--"]
+        if os.geteuid() == 0
+        else []
+    )
     if mode == "bwrap":
         return [
+            *as_user,
             "bwrap",
             "--ro-bind", "/", "/",
             "--dev", "/dev",
@@ -182,7 +190,6 @@ def _command(mode: str, folder: Path, limits: Limits, uid: int) -> list[str]:
             "--",
             *limited,
         ]  # fmt: skip
-    as_user = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--"]
     if mode == "unshare":
         return ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--", *as_user, *limited]
     return [*as_user, *limited]
@@ -191,7 +198,7 @@ def _command(mode: str, folder: Path, limits: Limits, uid: int) -> list[str]:
 def _python(mode: str) -> str:
     """An interpreter the sandbox's user may run: this one, or the system's for a uid of its own
     when this one is in a folder only root may enter (e.g. under /root)."""
-    if mode == "bwrap" or _others_can_run(sys.executable):
+    if os.geteuid() != 0 or _others_can_run(sys.executable):
         return sys.executable
     for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
         if _others_can_run(candidate):
@@ -216,7 +223,7 @@ def _works(mode: str) -> bool:
     }
     if any(shutil.which(tool) is None for tool in tools[mode]):
         return False
-    if mode != "bwrap" and os.geteuid() != 0:
+    if mode != "bwrap" and os.geteuid() != 0:  # they need root to change uid or make namespaces
         return False
     try:
         _python(mode)

