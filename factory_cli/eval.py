@@ -24,9 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "eval") -> None:
     parser.add_argument(
         "--samples", type=_positive, default=1, help="completions per problem: pass@k for k <= N (default 1, greedy)"
     )
-    parser.add_argument(
-        "--limit", type=_positive, default=None, help="humaneval: the first N problems; heldout: N batches"
-    )
+    parser.add_argument("--limit", type=_positive, default=None, help="humaneval: only the first N problems")
     parser.add_argument(
         "--max-new-tokens", type=_positive, default=128, help="humaneval: longest completion (default 128)"
     )
