@@ -10,10 +10,10 @@ sandbox"), tried in this order, or forced with ``FACTORY_SANDBOX=bwrap|unshare|s
   system read-only, a private ``/tmp``, only the program's folder writable; user ``nobody``; the
   program dies with its launcher.
 - ``unshare`` (util-linux, as root): new network and PID namespaces (no network at all, every
-  process killed with the namespace's first); a user id of its own per worker slot, so it can
+  process killed with the namespace's first); a user id of its own (``claimed_uid``), so it can
   write only where any user may (its folder, world-writable ``/tmp``) and signal only its own
   processes. The file system is otherwise the host's, read as that user.
-- ``setuid`` (as root, no namespaces): the user id of its slot and the limits only; the network
+- ``setuid`` (as root, no namespaces): its own user id and the limits only; the network
   is NOT closed. Used only where neither tool works.
 
 Without root and without a working bubblewrap nothing can keep a program from the user's files
@@ -21,13 +21,14 @@ and processes, so evaluation is refused (``MissingDependencyError``) rather than
 
 The limits are set by util-linux's ``prlimit`` inside the namespaces, rather than by a
 ``preexec_fn``, which is unsafe in this threaded launcher. RLIMIT_NPROC counts the processes of
-a user id (per user namespace): each sandbox has its own (a user namespace, or its slot's uid),
+a user id (per user namespace): each sandbox has its own (a uid no other sandbox holds meanwhile),
 so one program's fork bomb neither reaches the others' count nor the host's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import os
 import queue
@@ -37,7 +38,7 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +48,10 @@ from lakehouse.errors import MissingDependencyError
 
 MODES = ("bwrap", "unshare", "setuid")
 SANDBOX_UID = 65534  # nobody, as the program sees itself inside bubblewrap's user namespace
-SLOT_UID_BASE = 61000  # run by root, slot n runs as uid 61000 + n (no account needed) in every mode
+# Run by root, each program runs as a uid of its own from this range (no account needed), in every mode.
+SLOT_UID_BASE = 61000
+UID_RANGE = 4096
+LOCK_DIR = Path(tempfile.gettempdir()) / "factory-sandbox-uids"
 _OUTPUT_TAIL = 4096
 
 
@@ -96,29 +100,61 @@ def run_programs(
     """Run each program in its own sandbox, ``workers`` at a time (default: the CPU count)."""
     mode = mode or sandbox_mode()
     workers = max(1, min(workers or os.cpu_count() or 1, len(sources) or 1))
-    slots: queue.SimpleQueue[int] = queue.SimpleQueue()
-    for slot in range(workers):
-        slots.put(slot)
+    with contextlib.ExitStack() as claims:
+        uids: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        for _ in range(workers):
+            uids.put(claims.enter_context(claimed_uid()))
 
-    def one(source: str) -> Outcome:
-        slot = slots.get()  # a slot is one uid: no two programs share one at a time
+        def one(source: str) -> Outcome:
+            uid = uids.get()  # one program per uid at a time
+            try:
+                return run_program(source, limits, mode, uid)
+            finally:
+                uids.put(uid)
+
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox") as pool:
+            return list(pool.map(one, sources))
+
+
+@contextlib.contextmanager
+def claimed_uid() -> Iterator[int | None]:
+    """A uid no other sandbox on this machine uses meanwhile (None when not root: the user's own).
+
+    Claimed by an exclusive lock on a file per uid, which the kernel drops if this process dies:
+    two evaluators at once (an orchestrator's parallel evals) never share a uid, whose process
+    count and ``kill -1`` clean-up would otherwise reach each other's programs."""
+    if os.geteuid() != 0:
+        yield None
+        return
+    LOCK_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for uid in range(SLOT_UID_BASE, SLOT_UID_BASE + UID_RANGE):
+        fd = os.open(LOCK_DIR / str(uid), os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            return run_program(source, limits, mode, slot)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            _kill_uid(uid)  # what an evaluator that died left running as this uid
+            yield uid
         finally:
-            slots.put(slot)
+            os.close(fd)  # releases the lock
+        return
+    raise MissingDependencyError(f"all {UID_RANGE} sandbox uids from {SLOT_UID_BASE} are in use")
 
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox") as pool:
-        return list(pool.map(one, sources))
 
+def run_program(source: str, limits: Limits = Limits(), mode: str | None = None, uid: int | None = None) -> Outcome:
+    """Run one program in a sandbox and report how it ended. Never raises for what the program does.
 
-def run_program(source: str, limits: Limits = Limits(), mode: str | None = None, slot: int = 0) -> Outcome:
-    """Run one program in a sandbox and report how it ended. Never raises for what the program does."""
+    ``uid``: one claimed with ``claimed_uid`` (claimed here if not given, when root)."""
     mode = mode or sandbox_mode()
+    if uid is None and os.geteuid() == 0:
+        with claimed_uid() as claimed:
+            return run_program(source, limits, mode, claimed)
     folder = Path(tempfile.mkdtemp(prefix="factory-sandbox-"))
-    uid = SLOT_UID_BASE + slot
     try:
         (folder / "program.py").write_text(source, encoding="utf-8")
-        if os.geteuid() == 0:
+        if uid is not None:
             os.chown(folder, uid, uid)
         # Read back through this descriptor, never by name: the program owns its folder and could put
         # a link to another file in the log's place.
@@ -141,14 +177,14 @@ def run_program(source: str, limits: Limits = Limits(), mode: str | None = None,
             finally:
                 _kill_group(process.pid)
                 process.wait()
-                if os.geteuid() == 0:
+                if uid is not None:
                     _kill_uid(uid)  # a process that left the group (setsid) is still this uid's
             return Outcome(status == "passed", status, returncode, _tail(out))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _command(mode: str, folder: Path, limits: Limits, uid: int) -> list[str]:
+def _command(mode: str, folder: Path, limits: Limits, uid: int | None) -> list[str]:
     limited = [
         "prlimit",
         f"--cpu={limits.cpu_s}",
@@ -163,11 +199,11 @@ def _command(mode: str, folder: Path, limits: Limits, uid: int) -> list[str]:
         "-B",
         str(folder / "program.py"),
     ]
-    # Root drops to the slot's uid first, bubblewrap included: RLIMIT_NPROC exempts uid 0, and a
+    # Root drops to the program's own uid first, bubblewrap included: RLIMIT_NPROC exempts uid 0, and a
     # user namespace mapped to root outside would leave a fork bomb unbounded.
     as_user = (
         ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--"]
-        if os.geteuid() == 0
+        if uid is not None
         else []
     )
     if mode == "bwrap":

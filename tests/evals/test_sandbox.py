@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.sandbox import MODES, Limits, _works, run_programs, sandbox_mode
+from evals.sandbox import MODES, SLOT_UID_BASE, Limits, _works, claimed_uid, run_programs, sandbox_mode
 from evals.suites.humaneval import new_sentinel, pass_at_k, passed, problems, program
 from tests.conftest import REPO
 
@@ -121,6 +121,14 @@ def test_hostile_programs_are_contained_and_fail(mode, tmp_path):
         )
     assert not leftover, "a sandboxed process outlived its run"
     assert os.getppid() > 1  # and this process is alive to say so
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="uids are claimed only by root")
+def test_no_two_sandboxes_share_a_uid():
+    with claimed_uid() as first, claimed_uid() as second:
+        assert first != second and min(first, second) >= SLOT_UID_BASE
+    with claimed_uid() as again:
+        assert again == first  # released, and the lowest free one
 
 
 def test_pass_at_k_is_human_evals_unbiased_estimator():
