@@ -13,6 +13,7 @@ import pytest
 
 from evals.sandbox import MODES, SLOT_UID_BASE, Limits, _works, claimed_uid, run_programs, sandbox_mode
 from evals.suites.humaneval import new_sentinel, pass_at_k, passed, problems, program
+from lakehouse.errors import MissingDependencyError
 from tests.conftest import REPO
 
 AVAILABLE = [mode for mode in MODES if _works(mode)]
@@ -24,6 +25,14 @@ def test_this_machine_has_a_sandbox():
 
 
 SENTINEL = new_sentinel()
+
+
+def test_a_forced_mode_must_exist(monkeypatch):
+    monkeypatch.setenv("FACTORY_SANDBOX", "chroot")
+    with pytest.raises(MissingDependencyError, match="FACTORY_SANDBOX must be one of bwrap, unshare, setuid"):
+        sandbox_mode()
+    monkeypatch.setenv("FACTORY_SANDBOX", AVAILABLE[-1])
+    assert sandbox_mode() == AVAILABLE[-1]
 
 
 def test_all_164_canonical_solutions_pass():
