@@ -19,7 +19,7 @@ from evals.run import evaluate_checkpoint
 from evals.suites.humaneval import problems
 from factory_cli.main import main
 from lakehouse.commit import summary_properties
-from lakehouse.errors import CheckpointError, RunConflictError
+from lakehouse.errors import CheckpointError, InputError, RunConflictError
 from lakehouse.version import code_version
 from tests.conftest import run_factory
 from trainer import checkpoint as trainer_checkpoint
@@ -114,6 +114,15 @@ def test_a_crafted_checkpoint_is_refused_without_running_it(trained_run, tmp_pat
     with pytest.raises(CheckpointError, match="refused without running it"):
         load_checkpoint(crafted, torch.device("cpu"))
     assert not marker.exists()
+
+
+def test_a_partial_checkpoint_is_refused(trained_run, tmp_path, catalog):
+    partial = tmp_path / "run" / "checkpoints" / "step-2"
+    shutil.copytree(trained_run.checkpoint, partial)
+    (partial / "COMPLETE").unlink()  # a save that was interrupted
+    with pytest.raises(InputError, match="incomplete checkpoint"):
+        evaluate_checkpoint(catalog, partial, ["heldout"], SMALL)
+    assert not catalog.table_exists(RESULTS_TABLE)
 
 
 def test_factory_eval_then_lineage_shows_the_results(trained_run, factory_home, capsys):

@@ -21,6 +21,7 @@ AVAILABLE = [mode for mode in MODES if _works(mode)]
 
 def test_this_machine_has_a_sandbox():
     # CI installs bubblewrap (.ci/run): the strongest mode is the one chosen.
+    assert AVAILABLE, "no sandbox works here: install bubblewrap (apt-get install bubblewrap)"
     assert sandbox_mode() == AVAILABLE[0]
 
 
