@@ -136,6 +136,14 @@ def test_hostile_programs_are_contained_and_fail(mode, tmp_path):
     assert os.getppid() > 1  # and this process is alive to say so
 
 
+def test_programs_run_at_the_same_time():
+    # Each prints when it started and ended: with two workers the two runs overlap.
+    source = "import time\nprint(time.time())\ntime.sleep(1.5)\nprint(time.time())\n"
+    outcomes = run_programs([source, source], Limits(wall_s=30), workers=2)
+    (start_a, end_a), (start_b, end_b) = ([float(t) for t in o.output.split()] for o in outcomes)
+    assert max(start_a, start_b) < min(end_a, end_b)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="uids are claimed only by root")
 def test_no_two_sandboxes_share_a_uid():
     with claimed_uid() as first, claimed_uid() as second:
