@@ -17,7 +17,7 @@ FLOORS = [
     ["quality", "mixtures"],
     ["pipelines", "streaming_loader"],
     ["trainer"],
-    ["ui"],
+    ["evals", "ui"],
     ["factory_cli"],
 ]
 FLOOR_OF = {package: level for level, packages in enumerate(FLOORS) for package in packages}
