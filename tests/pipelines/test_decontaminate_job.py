@@ -78,6 +78,10 @@ def test_planted_problems_are_quarantined_and_ordinary_code_is_kept(spark, catal
     again = decontaminate(spark, catalog, opts)
     assert again.already_committed and again.stats == result.stats
     assert catalog.load_table(("clean", "code")).scan().to_arrow().num_rows == len(files)
+    # Another run over the same input replaces main's content (as the filter's output): nothing doubles.
+    decontaminate(spark, catalog, DecontaminateOptions("raw.code", ("humaneval",), "clean.code", run_id="d-2"))
+    assert catalog.load_table(("clean", "code")).scan().to_arrow().num_rows == len(files)
+    assert "audit-d-2" not in catalog.load_table(("clean", "code")).metadata.refs
     with pytest.raises(RunConflictError, match="ngram"):
         decontaminate(spark, catalog, DecontaminateOptions("raw.code", ("humaneval",), "clean.code", 8, run_id="d-1"))
     with pytest.raises(InputError, match="unknown eval set"):
