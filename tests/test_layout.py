@@ -18,6 +18,7 @@ FLOORS = [
     ["pipelines", "streaming_loader"],
     ["trainer"],
     ["factory_cli"],
+    ["orchestration"],
 ]
 FLOOR_OF = {package: level for level, packages in enumerate(FLOORS) for package in packages}
 
