@@ -15,7 +15,9 @@ prompts or solutions (``decontaminated.code``, the quarantine says which task).
 
 Then it trains a tokenizer on the filtered tables, pins a two-component mixture of them, shows
 the first batches' shares, trains a tiny model on 2 CPU ranks with evals and checkpoints
-(``configs/demo-train.toml``) and prints the final checkpoint's lineage.
+(``configs/demo-train.toml``), evaluates its last checkpoint (held-out loss and a few HumanEval
+problems, run in the sandbox) into ``evals.results`` and prints the checkpoint's lineage with
+those results.
 
 Run ids are derived from the corpus listing and, for dedup and filter, from the pinned input
 snapshot and the parameters or config, so running the demo again is a no-op.
@@ -97,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_tables(catalog))
     _step("mix", lambda: _mix_and_stream(catalog))
     _step("train", _train)
+    _step("eval", lambda: _eval(args.catalog))
     return 0
 
 
@@ -285,18 +288,16 @@ DEMO_TRAIN_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo-t
 
 
 def _train() -> None:
-    """Train a tiny model on 2 CPU ranks on the pinned mixture, then show its lineage.
+    """Train a tiny model on 2 CPU ranks on the pinned mixture.
 
     The run folder is named after the manifest's fingerprint: the same data resumes (a no-op once
     finished), new data starts a new run.
     """
-    import json
     import subprocess
     import sys
 
     folder = factory_home() / "demo"
-    fingerprint = json.loads((folder / "manifest.json").read_text())["fingerprint"].removeprefix("sha256:")
-    run_dir = folder / "runs" / fingerprint[:12]
+    run_dir = demo_run_dir()
     overrides = [
         f"data.manifest='{folder / 'manifest.json'}'",
         f"data.tokenizer='{folder / 'tokenizer.json'}'",
@@ -318,8 +319,31 @@ def _train() -> None:
     print(f"· {' '.join(command[2:])}", flush=True)
     if subprocess.run(command).returncode != 0:
         raise FactoryError(f"the demo's training run failed (see above); its folder is {run_dir}")
-    print(f"\n· factory lineage {run_dir}")
-    subprocess.run([sys.executable, "-m", "factory_cli.main", "lineage", str(run_dir)], check=True)
+
+
+def demo_run_dir() -> Path:
+    """The demo's training run: named after its manifest's fingerprint (see ``_train``)."""
+    folder = factory_home() / "demo"
+    fingerprint = json.loads((folder / "manifest.json").read_text())["fingerprint"].removeprefix("sha256:")
+    return folder / "runs" / fingerprint[:12]
+
+
+# A few HumanEval problems: the tiny model scores 0, the point is the harness running end to end.
+DEMO_EVAL = ["--suite", "heldout", "humaneval", "--limit", "4", "--samples", "1"]
+
+
+def _eval(catalog_name: str | None) -> None:
+    """Evaluate the run's last checkpoint (a no-op when done before), then show its lineage and scores."""
+    import subprocess
+
+    run_dir = demo_run_dir()
+    catalog = ["--catalog", catalog_name] if catalog_name else []
+    command = [sys.executable, "-m", "factory_cli.main", "eval", str(run_dir), *DEMO_EVAL, *catalog]
+    print(f"· {' '.join(command[2:])}", flush=True)
+    if subprocess.run(command).returncode != 0:
+        raise FactoryError(f"the demo's eval of {run_dir} failed (see above)")
+    print(f"\n· factory lineage {run_dir}", flush=True)
+    subprocess.run([sys.executable, "-m", "factory_cli.main", "lineage", str(run_dir), *catalog], check=True)
 
 
 def _trained_on(tokenizer: Path) -> list[str]:

@@ -50,6 +50,22 @@ CLUSTERS_SCHEMA = Schema(
     NestedField(9, "jaccard", DoubleType(), required=False, doc="exact Jaccard of the shingles with duplicate_of"),
 )
 
+# One row per metric of one suite's evaluation of one checkpoint (docs/architecture.md, "Eval
+# results"): what was measured, on which checkpoint, trained on which data, by which code.
+EVAL_RESULTS_SCHEMA = Schema(
+    NestedField(1, "run_id", StringType(), required=True, doc="the training run: its folder, absolute"),
+    NestedField(2, "checkpoint", StringType(), required=True, doc="the checkpoint folder, absolute"),
+    NestedField(3, "step", LongType(), required=True, doc="the checkpoint's training step"),
+    NestedField(4, "manifest_fingerprint", StringType(), required=True, doc="the manifest it was trained on"),
+    NestedField(5, "snapshot_ids", StringType(), required=True, doc="JSON object: table -> pinned snapshot id"),
+    NestedField(6, "suite", StringType(), required=True, doc="heldout, humaneval, ..."),
+    NestedField(7, "metric", StringType(), required=True, doc="loss/<component>, pass@1, ..."),
+    NestedField(8, "value", DoubleType(), required=True),
+    NestedField(9, "samples", LongType(), required=True, doc="tokens (heldout) or completions per problem"),
+    NestedField(10, "code_version", StringType(), required=True, doc="the evaluating code (lakehouse/version.py)"),
+    NestedField(11, "eval_run_id", StringType(), required=True, doc="the eval run (factory.run-id of its commit)"),
+)
+
 # Enough of a refused record to see what was wrong with it, bounded so one huge bad record
 # cannot bloat the quarantine table.
 QUARANTINE_RECORD_BYTES = 64 * 1024

@@ -17,6 +17,7 @@ FLOORS = [
     ["quality", "mixtures"],
     ["pipelines", "streaming_loader"],
     ["trainer"],
+    ["evals"],
     ["factory_cli"],
     ["orchestration"],
 ]

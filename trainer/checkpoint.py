@@ -127,16 +127,7 @@ def load(
     """Restore model, optimizer, scheduler and RNG from ``path``, resharding DCP if the world changed."""
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
-    reader = SafeFileSystemReader(path)
-    reader.read_metadata()  # refuses a crafted index here, before DCP's own error handling wraps it
-    with _single_process_quiet():
-        try:
-            dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(), no_dist=world.mesh is None)
-        except CheckpointException as exc:  # DCP gathers every rank's failure into one exception
-            refused = [e for e, _ in exc.failures.values() if isinstance(e, CheckpointError)]
-            if refused:
-                raise refused[0] from None
-            raise
+    read_state(path, state, no_dist=world.mesh is None)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
     saved_world = json.loads((path / COMPLETE).read_text())["world_size"]
@@ -149,6 +140,21 @@ def load(
     if "cuda" in rng and torch.cuda.is_available():
         torch.cuda.set_rng_state(rng["cuda"])
     return Resumed(mine["step"], [s["loader"] for s in states], mine)
+
+
+def read_state(path: Path, state: dict, no_dist: bool) -> None:
+    """Fill ``state`` (any subset of the saved keys, e.g. only ``{"model": …}``) in place from the
+    DCP checkpoint at ``path``, resharded to the tensors given, through the safe reader."""
+    reader = SafeFileSystemReader(path)
+    reader.read_metadata()  # refuses a crafted index here, before DCP's own error handling wraps it
+    with _single_process_quiet():
+        try:
+            dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(), no_dist=no_dist)
+        except CheckpointException as exc:  # DCP gathers every rank's failure into one exception
+            refused = [e for e, _ in exc.failures.values() if isinstance(e, CheckpointError)]
+            if refused:
+                raise refused[0] from None
+            raise
 
 
 def _prune(run_dir: Path, keep: int) -> None:

@@ -1,0 +1,1 @@
+"""Evaluating checkpoints outside the training job: ``factory eval`` (docs/architecture.md, "Evals")."""

@@ -1,0 +1,44 @@
+"""The eval suites by name: a lazy registry, so a new suite is one new module under ``evals/suites/``.
+
+A suite module has ``DESCRIPTION``, ``params(options) -> dict`` (the options its results depend
+on: they name and bind its eval run) and ``run(checkpoint, options) -> list[Metric]``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+from lakehouse.errors import InputError
+
+SUITES: dict[str, str] = {
+    "heldout": "evals.suites.heldout",
+    "humaneval": "evals.suites.humaneval",
+}
+
+
+@dataclass(frozen=True)
+class SuiteOptions:
+    """What ``factory eval`` passes every suite; each reads the options that concern it."""
+
+    samples: int = 1  # completions per problem (humaneval: pass@k for k <= samples)
+    limit: int | None = None  # humaneval: the first N problems
+    max_new_tokens: int = 128  # humaneval: longest completion
+    temperature: float = 0.8  # humaneval, when samples > 1 (one sample is greedy)
+    timeout_s: float = 5.0  # humaneval: wall-clock limit per program
+    workers: int | None = None  # humaneval: programs run at once (default: the CPU count)
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # loss/<component>, pass@1, …
+    value: float
+    samples: int  # what the value averages over: tokens (heldout), completions per problem (humaneval)
+
+
+def load_suite(name: str) -> ModuleType:
+    module = SUITES.get(name)
+    if module is None:
+        raise InputError(f"unknown eval suite {name!r}; known suites: {', '.join(SUITES)}")
+    return importlib.import_module(module)

@@ -1,0 +1,1 @@
+"""One module per eval suite; ``evals.registry`` names them."""

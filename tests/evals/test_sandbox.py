@@ -1,0 +1,137 @@
+"""The sandbox on real programs: HumanEval's canonical solutions pass, broken ones fail, hostile
+ones are contained and reported as failures while this (the evaluating) process carries on."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from evals.sandbox import MODES, SLOT_UID_BASE, Limits, _works, claimed_uid, run_programs, sandbox_mode
+from evals.suites.humaneval import new_sentinel, pass_at_k, passed, problems, program
+from tests.conftest import REPO
+
+AVAILABLE = [mode for mode in MODES if _works(mode)]
+
+
+def test_this_machine_has_a_sandbox():
+    # CI installs bubblewrap (.ci/run): the strongest mode is the one chosen.
+    assert sandbox_mode() == AVAILABLE[0]
+
+
+SENTINEL = new_sentinel()
+
+
+def test_all_164_canonical_solutions_pass():
+    chosen = problems()
+    assert len(chosen) == 164
+    outcomes = run_programs([program(p, p["canonical_solution"], SENTINEL) for p in chosen], Limits(wall_s=20))
+    failed = [(p["task_id"], o.status, o.output[-300:]) for p, o in zip(chosen, outcomes, strict=True)]
+    assert [f for f, o in zip(failed, outcomes, strict=True) if not passed(o, SENTINEL)] == []
+
+
+def test_broken_variants_fail():
+    chosen = problems(12)
+    broken = []
+    for p in chosen:
+        broken.append(program(p, "    return None\n", SENTINEL))  # no answer
+        broken.append(program(p, p["canonical_solution"].replace("return ", "return not ", 1), SENTINEL))  # wrong
+        # Exit status 0 from inside the function, before check() finished: only the sentinel tells.
+        broken.append(program(p, "    import os\n    os._exit(0)\n", SENTINEL))
+        broken.append(program(p, "    raise SystemExit(0)\n", SENTINEL))
+    outcomes = run_programs(broken, Limits(wall_s=20))
+    assert not [b for b, o in zip(broken, outcomes, strict=True) if passed(o, SENTINEL)]
+    assert all(o.returncode == 0 for o in outcomes[2::4] + outcomes[3::4])  # "succeeded", yet failed
+
+
+# Completions that attack instead of answering, each the body of HumanEval/0's function: the
+# harness must report each as a failure, contain it, and carry on.
+HOSTILE = {
+    "infinite loop": "while True:\n    pass",
+    "fork bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+    "10 GB allocation": "block = bytearray(10 * 1024**3)\nblock[-1] = 1\nreturn True",
+    "kill the parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nreturn True",
+}
+
+
+def _completion(body: str) -> str:
+    return "".join(f"    {line}\n" for line in body.splitlines())
+
+
+def _sandbox_processes() -> list[int]:
+    """Processes running a sandboxed program (their command line names a sandbox folder)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"factory-sandbox-" in cmdline and b"program.py" in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("mode", AVAILABLE)
+def test_hostile_programs_are_contained_and_fail(mode, tmp_path):
+    outside = REPO / f"escaped-{uuid.uuid4().hex}"  # a folder of the evaluator's, writable by it
+    private_tmp = Path("/tmp") / f"escaped-{uuid.uuid4().hex}"
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    bodies = {
+        **HOSTILE,
+        "write outside": f"open({str(outside)!r}, 'w').write('x')\nreturn True",
+        "open a socket": f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2).send(b'hi')",
+    }
+    if mode == "bwrap":  # /tmp is the sandbox's own there: what it writes never reaches the host's
+        bodies["write /tmp"] = f"open({str(private_tmp)!r}, 'w').write('x')\nreturn True"
+    problem = problems(1)[0]
+    sources = [program(problem, _completion(body), SENTINEL) for body in bodies.values()]
+    started = time.monotonic()
+    try:
+        outcomes = dict(zip(bodies, run_programs(sources, Limits(wall_s=4, cpu_s=3), mode=mode), strict=True))
+        time.sleep(0.2)
+        leftover = _sandbox_processes()
+        listener.setblocking(False)
+        try:
+            connection, _ = listener.accept()
+            connection.close()
+            connected = True
+        except BlockingIOError:
+            connected = False
+    finally:
+        listener.close()
+        outside.unlink(missing_ok=True)
+        private_tmp.unlink(missing_ok=True)
+    assert time.monotonic() - started < 30
+    for name, outcome in outcomes.items():
+        assert not passed(outcome, SENTINEL), f"{name}: {outcome}"
+    assert outcomes["infinite loop"].status in ("timeout", "failed")
+    assert "MemoryError" in outcomes["10 GB allocation"].output
+    assert not outside.exists() and not private_tmp.exists()
+    if mode != "setuid":  # setuid mode does not close the network (docs/architecture.md, "The sandbox")
+        assert not connected
+        assert (
+            "Network is unreachable" in outcomes["open a socket"].output
+            or "refused" in outcomes["open a socket"].output
+        )
+    assert not leftover, "a sandboxed process outlived its run"
+    assert os.getppid() > 1  # and this process is alive to say so
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="uids are claimed only by root")
+def test_no_two_sandboxes_share_a_uid():
+    with claimed_uid() as first, claimed_uid() as second:
+        assert first != second and min(first, second) >= SLOT_UID_BASE
+    with claimed_uid() as again:
+        assert again == first  # released, and the lowest free one
+
+
+def test_pass_at_k_is_human_evals_unbiased_estimator():
+    # 2 problems, 4 samples each, 2 and 0 correct: pass@1 = (2/4 + 0) / 2.
+    assert pass_at_k([2, 0], 4) == {1: 0.25}
+    assert pass_at_k([4], 10) == {1: 0.4, 10: 1.0}
