@@ -9,7 +9,6 @@ command's ``--run-id`` (``commands.factory_run_id``).
 """
 
 import json
-from pathlib import Path
 
 import dagster as dg
 
@@ -139,7 +138,11 @@ class EvalConfig(dg.Config):
 def eval_results(
     context: dg.AssetExecutionContext, config: EvalConfig, factory: FactorySettings
 ) -> dg.MaterializeResult:
-    """Rows of ``evals.results`` for one checkpoint (`factory eval`)."""
+    """Rows of ``evals.results`` for one checkpoint (`factory eval`).
+
+    The one command given no ``--run-id``: `factory eval` derives its run id from the checkpoint's
+    identity, the suite and the options, so any Dagster run of the same checkpoint (the sensor's,
+    a retry, a manual one) commits its rows once."""
     from trainer.checkpoint import latest_checkpoint
 
     path = config.checkpoint
@@ -148,9 +151,7 @@ def eval_results(
         if latest is None:
             raise dg.Failure(f"{factory.training_dir()} has no complete checkpoint to evaluate")
         path = str(latest[1])
-    step = Path(path).name
-    argv = ["eval", path, *[a for suite in factory.eval_suites for a in ("--suite", suite)]]
-    output = run_factory(context, factory, [*argv, "--run-id", factory_run_id(context, f"eval-{step}")])
+    output = run_factory(context, factory, ["eval", path, "--suite", *factory.eval_suites])
     return dg.MaterializeResult(metadata={"checkpoint": path, "output": _printed(output)})
 
 

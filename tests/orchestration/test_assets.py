@@ -87,7 +87,7 @@ def test_the_chain_materialises_and_a_new_raw_snapshot_is_refined(spark, catalog
         assert request.run_key == f"raw.code@{new_snapshot}"
 
         # …and the sensor's run dedups it against the published dedup.code, filters, publishes.
-        refine = defs.get_job_def("refine_code")
+        refine = defs.resolve_job_def("refine_code")
         run = refine.execute_in_process(run_config=request.run_config, instance=instance, resources=sensor_settings)
         assert run.success
         dedup = find_run_snapshot(catalog.load_table(("dedup", "code")), f"{run.run_id}-dedup")
