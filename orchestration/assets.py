@@ -15,8 +15,8 @@ import dagster as dg
 from orchestration.commands import factory_run_id, pinned, recorded_inputs, run_factory, snapshot_id
 from orchestration.settings import FactorySettings
 
-DATA = "data"
-TRAINING = "training"
+# One group: the UI draws a group expanded only when it is the only one, and the chain reads best whole.
+GROUP = "factory"
 
 
 def _table_result(settings: FactorySettings, table: str, output: str) -> dg.MaterializeResult:
@@ -29,7 +29,7 @@ def _printed(output: str) -> dg.MetadataValue:
     return dg.MetadataValue.md(f"```\n{output[-3000:]}\n```")
 
 
-@dg.asset(group_name=DATA, kinds={"iceberg", "spark"})
+@dg.asset(group_name=GROUP, kinds={"iceberg", "spark"})
 def raw_code(context: dg.AssetExecutionContext, factory: FactorySettings) -> dg.MaterializeResult:
     """``raw.code``: the source tree's files (`factory ingest --format files`)."""
     argv = ["ingest", "--source", "code", "--format", "files", factory.source_tree(), "--output", "raw.code"]
@@ -43,7 +43,7 @@ class DedupConfig(dg.Config):
     raw_snapshot: int = 0  # raw.code's snapshot to deduplicate (0: main's head)
 
 
-@dg.asset(deps=[raw_code], group_name=DATA, kinds={"iceberg", "spark"})
+@dg.asset(deps=[raw_code], group_name=GROUP, kinds={"iceberg", "spark"})
 def dedup_code(
     context: dg.AssetExecutionContext, config: DedupConfig, factory: FactorySettings
 ) -> dg.MaterializeResult:
@@ -67,7 +67,7 @@ def dedup_code(
     return _table_result(factory, "dedup.code", output)
 
 
-@dg.asset(deps=[dedup_code], group_name=DATA, kinds={"iceberg", "spark"})
+@dg.asset(deps=[dedup_code], group_name=GROUP, kinds={"iceberg", "spark"})
 def filtered_code(context: dg.AssetExecutionContext, factory: FactorySettings) -> dg.MaterializeResult:
     """``filtered.code``: quality-filtered, validated and published to main (`factory filter`)."""
     argv = ["filter", "--input", pinned(factory, "dedup.code"), "--output", "filtered.code", "--config", "code"]
@@ -75,7 +75,7 @@ def filtered_code(context: dg.AssetExecutionContext, factory: FactorySettings) -
     return _table_result(factory, "filtered.code", output)
 
 
-@dg.asset(deps=[filtered_code], group_name=DATA, kinds={"iceberg", "spark"})
+@dg.asset(deps=[filtered_code], group_name=GROUP, kinds={"iceberg", "spark"})
 def decontaminated_code(context: dg.AssetExecutionContext, factory: FactorySettings) -> dg.MaterializeResult:
     """``decontaminated.code``: no document sharing a 13-gram with HumanEval (`factory decontaminate`)."""
     argv = ["decontaminate", "--input", pinned(factory, "filtered.code"), "--against", "humaneval"]
@@ -84,7 +84,7 @@ def decontaminated_code(context: dg.AssetExecutionContext, factory: FactorySetti
     return _table_result(factory, "decontaminated.code", output)
 
 
-@dg.asset(deps=[decontaminated_code], group_name=TRAINING, kinds={"json"})
+@dg.asset(deps=[decontaminated_code], group_name=GROUP, kinds={"json"})
 def tokenizer(context: dg.AssetExecutionContext, factory: FactorySettings) -> dg.MaterializeResult:
     """A byte-level BPE tokenizer trained on the pinned clean code (`factory tokenizer train`)."""
     path = factory.folder() / "tokenizer.json"
@@ -94,7 +94,7 @@ def tokenizer(context: dg.AssetExecutionContext, factory: FactorySettings) -> dg
     return dg.MaterializeResult(metadata={"path": str(path), "trained_on": source})
 
 
-@dg.asset(deps=[decontaminated_code], group_name=TRAINING, kinds={"json"})
+@dg.asset(deps=[decontaminated_code], group_name=GROUP, kinds={"json"})
 def manifest(context: dg.AssetExecutionContext, factory: FactorySettings) -> dg.MaterializeResult:
     """The mixture pinned to snapshot ids and data files (`factory mix pin`)."""
     folder = factory.folder()
@@ -107,7 +107,7 @@ def manifest(context: dg.AssetExecutionContext, factory: FactorySettings) -> dg.
     return dg.MaterializeResult(metadata={"path": str(path), "fingerprint": fingerprint})
 
 
-@dg.asset(deps=[manifest, tokenizer], group_name=TRAINING, kinds={"torch"})
+@dg.asset(deps=[manifest, tokenizer], group_name=GROUP, kinds={"torch"})
 def training_run(context: dg.AssetExecutionContext, factory: FactorySettings) -> dg.MaterializeResult:
     """A training run on the manifest under torchrun (`factory train --resume`: a retried
     Dagster run continues from the newest complete checkpoint)."""
@@ -120,7 +120,7 @@ def training_run(context: dg.AssetExecutionContext, factory: FactorySettings) ->
     return dg.MaterializeResult(metadata={"run_dir": str(run_dir)})
 
 
-@dg.asset(deps=[training_run], group_name=TRAINING, kinds={"torch"})
+@dg.asset(deps=[training_run], group_name=GROUP, kinds={"torch"})
 def checkpoints(context: dg.AssetExecutionContext, factory: FactorySettings) -> dg.MaterializeResult:
     """The run's complete checkpoints (a folder counts once its ``COMPLETE`` marker is written)."""
     from trainer.checkpoint import complete_checkpoints
@@ -134,7 +134,7 @@ class EvalConfig(dg.Config):
     checkpoint: str = ""  # a checkpoint folder ("" = the run's newest complete one)
 
 
-@dg.asset(deps=[checkpoints], group_name=TRAINING, kinds={"iceberg"})
+@dg.asset(deps=[checkpoints], group_name=GROUP, kinds={"iceberg"})
 def eval_results(
     context: dg.AssetExecutionContext, config: EvalConfig, factory: FactorySettings
 ) -> dg.MaterializeResult:
