@@ -23,7 +23,7 @@ from mixtures.manifest import Manifest
 from streaming_loader.tokenize import TokenizerSpec, load_tokenizer_spec
 from trainer.checkpoint import COMPLETE, read_state
 from trainer.config import Config, load_config
-from trainer.lineage import read_lineage
+from trainer.lineage import checkpoint_dir, read_lineage
 from trainer.model import Transformer
 
 
@@ -56,17 +56,8 @@ def default_device() -> torch.device:
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
-    """A complete ``checkpoints/step-N`` folder: the one given, or a run folder's newest."""
-    from trainer.checkpoint import latest_checkpoint
-
-    path = Path(path).resolve()
-    if not (path / "lineage.json").is_file() and (path / "checkpoints").is_dir():
-        latest = latest_checkpoint(path)
-        if latest is None:
-            raise InputError(f"{path} has no complete checkpoint yet")
-        path = latest[1]
-    read_lineage(path)  # refuses a folder that is not a complete checkpoint, saying why
-    return path
+    """A complete ``checkpoints/step-N`` folder, absolute: the one given, or a run folder's newest."""
+    return checkpoint_dir(Path(path).resolve())
 
 
 def checkpoint_identity(path: Path) -> str:

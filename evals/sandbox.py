@@ -7,8 +7,8 @@ killed. How far it is isolated depends on what the machine has (docs/architectur
 sandbox"), tried in this order, or forced with ``FACTORY_SANDBOX=bwrap|unshare|setuid``:
 
 - ``bwrap`` (bubblewrap): new user, PID, network, mount, IPC and UTS namespaces; the root file
-  system read-only, a private ``/tmp``, only the program's folder writable; user ``nobody``; the
-  program dies with its launcher.
+  system read-only, a private ``/tmp``, only the program's folder writable; user ``nobody``
+  inside (run by root: a uid of its own outside, see below); the program dies with its launcher.
 - ``unshare`` (util-linux, as root): new network and PID namespaces (no network at all, every
   process killed with the namespace's first); a user id of its own (``claimed_uid``), so it can
   write only where any user may (its folder, world-writable ``/tmp``) and signal only its own
@@ -21,8 +21,9 @@ and processes, so evaluation is refused (``MissingDependencyError``) rather than
 
 The limits are set by util-linux's ``prlimit`` inside the namespaces, rather than by a
 ``preexec_fn``, which is unsafe in this threaded launcher. RLIMIT_NPROC counts the processes of
-a user id (per user namespace): each sandbox has its own (a uid no other sandbox holds meanwhile),
-so one program's fork bomb neither reaches the others' count nor the host's.
+a user id (per user namespace) but exempts uid 0, so root never runs a program, nor bubblewrap,
+as root: each gets a uid no other sandbox holds meanwhile (``claimed_uid``), and one program's
+fork bomb reaches neither the others' count nor the host's.
 """
 
 from __future__ import annotations

@@ -102,6 +102,11 @@ def _format_run(run: dict[str, Any], indent: str, lines: list[str]) -> None:
 
 def read_lineage(path: str | Path) -> dict[str, Any]:
     """The lineage of a checkpoint directory, or of a run directory's newest complete checkpoint."""
+    return json.loads((checkpoint_dir(path) / "lineage.json").read_text())
+
+
+def checkpoint_dir(path: str | Path) -> Path:
+    """The complete checkpoint ``path`` names: itself, or a run directory's newest; ``InputError`` if none."""
     from trainer.checkpoint import COMPLETE, latest_checkpoint
 
     path = Path(path)
@@ -116,4 +121,4 @@ def read_lineage(path: str | Path) -> dict[str, Any]:
         )
     if not (path / COMPLETE).is_file():
         raise InputError(f"{path} is an incomplete checkpoint (no {COMPLETE} marker): a save was interrupted")
-    return json.loads((path / "lineage.json").read_text())
+    return path

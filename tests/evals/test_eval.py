@@ -12,12 +12,14 @@ import pytest
 import torch
 
 from evals.checkpoint_model import load_checkpoint
+from evals.generate import complete
 from evals.registry import SuiteOptions
 from evals.results import RESULTS_TABLE
 from evals.run import evaluate_checkpoint
+from evals.suites.humaneval import problems
 from factory_cli.main import main
 from lakehouse.commit import summary_properties
-from lakehouse.errors import CheckpointError, RunConflictError
+from lakehouse.errors import CheckpointError, InputError, RunConflictError
 from lakehouse.version import code_version
 from tests.conftest import run_factory
 from trainer import checkpoint as trainer_checkpoint
@@ -114,6 +116,15 @@ def test_a_crafted_checkpoint_is_refused_without_running_it(trained_run, tmp_pat
     assert not marker.exists()
 
 
+def test_a_partial_checkpoint_is_refused(trained_run, tmp_path, catalog):
+    partial = tmp_path / "run" / "checkpoints" / "step-2"
+    shutil.copytree(trained_run.checkpoint, partial)
+    (partial / "COMPLETE").unlink()  # a save that was interrupted
+    with pytest.raises(InputError, match="incomplete checkpoint"):
+        evaluate_checkpoint(catalog, partial, ["heldout"], SMALL)
+    assert not catalog.table_exists(RESULTS_TABLE)
+
+
 def test_factory_eval_then_lineage_shows_the_results(trained_run, factory_home, capsys):
     proc = run_factory("eval", str(trained_run.checkpoint), "--suite", "heldout")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -124,3 +135,14 @@ def test_factory_eval_then_lineage_shows_the_results(trained_run, factory_home, 
     capsys.readouterr()
     assert main(["lineage", str(trained_run.checkpoint), "--json"]) == 0
     assert {r["metric"] for r in json.loads(capsys.readouterr().out)["evals"]} == {"loss/code", "loss/text"}
+
+
+def test_completions_are_greedy_or_seeded(trained_run):
+    loaded = load_checkpoint(trained_run.checkpoint, torch.device("cpu"))
+    prompt = problems(1)[0]["prompt"]  # longer than the model's 32 positions: the window slides
+    settings = {"max_new_tokens": 6, "max_seq_len": loaded.config.model.max_seq_len, "device": torch.device("cpu")}
+    greedy = complete(loaded.model, loaded.tokenizer, prompt, samples=2, **settings)
+    assert greedy[0] == greedy[1] == complete(loaded.model, loaded.tokenizer, prompt, samples=1, **settings)[0]
+    sampled = complete(loaded.model, loaded.tokenizer, prompt, samples=3, temperature=1.0, seed=7, **settings)
+    assert sampled == complete(loaded.model, loaded.tokenizer, prompt, samples=3, temperature=1.0, seed=7, **settings)
+    assert len(set(sampled)) > 1  # 3 draws over a near-uniform 300-token vocabulary differ

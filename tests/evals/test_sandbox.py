@@ -13,6 +13,7 @@ import pytest
 
 from evals.sandbox import MODES, SLOT_UID_BASE, Limits, _works, claimed_uid, run_programs, sandbox_mode
 from evals.suites.humaneval import new_sentinel, pass_at_k, passed, problems, program
+from lakehouse.errors import MissingDependencyError
 from tests.conftest import REPO
 
 AVAILABLE = [mode for mode in MODES if _works(mode)]
@@ -20,10 +21,19 @@ AVAILABLE = [mode for mode in MODES if _works(mode)]
 
 def test_this_machine_has_a_sandbox():
     # CI installs bubblewrap (.ci/run): the strongest mode is the one chosen.
+    assert AVAILABLE, "no sandbox works here: install bubblewrap (apt-get install bubblewrap)"
     assert sandbox_mode() == AVAILABLE[0]
 
 
 SENTINEL = new_sentinel()
+
+
+def test_a_forced_mode_must_exist(monkeypatch):
+    monkeypatch.setenv("FACTORY_SANDBOX", "chroot")
+    with pytest.raises(MissingDependencyError, match="FACTORY_SANDBOX must be one of bwrap, unshare, setuid"):
+        sandbox_mode()
+    monkeypatch.setenv("FACTORY_SANDBOX", AVAILABLE[-1])
+    assert sandbox_mode() == AVAILABLE[-1]
 
 
 def test_all_164_canonical_solutions_pass():
@@ -76,7 +86,10 @@ def _sandbox_processes() -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("mode", AVAILABLE)
+# The chosen mode in the fast loop, the fallbacks with the slow tests (each waits out its timeouts).
+@pytest.mark.parametrize(
+    "mode", [pytest.param(m, marks=[pytest.mark.slow] if i else []) for i, m in enumerate(AVAILABLE)]
+)
 def test_hostile_programs_are_contained_and_fail(mode, tmp_path):
     outside = REPO / f"escaped-{uuid.uuid4().hex}"  # a folder of the evaluator's, writable by it
     private_tmp = Path("/tmp") / f"escaped-{uuid.uuid4().hex}"
@@ -93,7 +106,7 @@ def test_hostile_programs_are_contained_and_fail(mode, tmp_path):
     sources = [program(problem, _completion(body), SENTINEL) for body in bodies.values()]
     started = time.monotonic()
     try:
-        outcomes = dict(zip(bodies, run_programs(sources, Limits(wall_s=4, cpu_s=3), mode=mode), strict=True))
+        outcomes = dict(zip(bodies, run_programs(sources, Limits(wall_s=3, cpu_s=2), mode=mode), strict=True))
         time.sleep(0.2)
         leftover = _sandbox_processes()
         listener.setblocking(False)
@@ -121,6 +134,14 @@ def test_hostile_programs_are_contained_and_fail(mode, tmp_path):
         )
     assert not leftover, "a sandboxed process outlived its run"
     assert os.getppid() > 1  # and this process is alive to say so
+
+
+def test_programs_run_at_the_same_time():
+    # Each prints when it started and ended: with two workers the two runs overlap.
+    source = "import time\nprint(time.time())\ntime.sleep(1.5)\nprint(time.time())\n"
+    outcomes = run_programs([source, source], Limits(wall_s=30), workers=2)
+    (start_a, end_a), (start_b, end_b) = ([float(t) for t in o.output.split()] for o in outcomes)
+    assert max(start_a, start_b) < min(end_a, end_b)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="uids are claimed only by root")
