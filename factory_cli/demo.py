@@ -10,6 +10,9 @@ removed (licence texts and copyright files repeat a lot).
 Then it filters the demo tables (``dedup.*`` when they exist, else ``raw.*``) with the shipped
 ``code`` and ``text`` configs into ``filtered.*``, validates, publishes and tags them.
 
+Then it removes from ``filtered.code`` the documents that share a 13-gram with HumanEval's
+prompts or solutions (``decontaminated.code``, the quarantine says which task).
+
 Then it trains a tokenizer on the filtered tables, pins a two-component mixture of them, shows
 the first batches' shares, trains a tiny model on 2 CPU ranks with evals and checkpoints
 (``configs/demo-train.toml``), evaluates its last checkpoint (held-out loss and a few HumanEval
@@ -91,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     _step("ingest", lambda: _ingest_all(spark, catalog))
     _step("dedup", lambda: _dedup_all(spark, catalog))
     _step("filter", lambda: _filter_all(spark, catalog))
+    _step("decontaminate", lambda: _decontaminate_code(spark, catalog))
     print()
     print(format_tables(catalog))
     _step("mix", lambda: _mix_and_stream(catalog))
@@ -199,9 +203,25 @@ def _published_tag(table, snapshot_id: int) -> str:
     raise AssertionError("unreachable")
 
 
+def _decontaminate_code(spark, catalog: Catalog) -> None:
+    """Remove code that shares a 13-gram with HumanEval from filtered.code (before it is mixed)."""
+    from factory_cli.decontaminate import format_result
+    from pipelines.decontaminate import DecontaminateOptions, decontaminate
+    from quality.contamination import NGRAM, eval_set_digests
+
+    if not catalog.table_exists(("filtered", "code")):
+        return
+    _, pinned = resolve(catalog, "filtered.code")
+    key = f"{pinned}|{NGRAM}|{json.dumps(eval_set_digests(['humaneval']), sort_keys=True)}"
+    run_id = f"demo-decontaminate-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    print(f"· {pinned} → decontaminated.code (against humaneval, {NGRAM}-grams)")
+    opts = DecontaminateOptions(str(pinned), ("humaneval",), "decontaminated.code", run_id=run_id)
+    print(format_result(decontaminate(spark, catalog, opts)))
+
+
 # The most refined table of each kind the earlier steps made (the chain's later jobs write the first ones).
 DEMO_MIXTURE = {
-    "code": ("filtered.code", "dedup.code", "raw.code"),
+    "code": ("decontaminated.code", "filtered.code", "dedup.code", "raw.code"),
     "text": ("filtered.text", "dedup.text", "raw.text"),
 }
 DEMO_WEIGHTS = {"code": 0.7, "text": 0.3}

@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("factory_cli.ingest", "raw records (JSONL, Parquet, source trees) into a document table"),
     "dedup": ("factory_cli.dedup", "exact and MinHash-LSH near-duplicate removal over pinned document tables"),
     "filter": ("factory_cli.filter", "quality-filter a document table, validate it and publish it"),
+    "decontaminate": ("factory_cli.decontaminate", "remove documents sharing long n-grams with an eval set"),
     "tables": ("factory_cli.tables", "list tables with their current snapshot and size"),
     "snapshots": ("factory_cli.tables", "list a table's snapshots with how each was made"),
     "show": ("factory_cli.tables", "print the first rows of a table or pinned snapshot"),
@@ -40,6 +41,7 @@ SPARK_COMMANDS: dict[str, str | None] = {
     "ingest": "pipelines.ingest_records",
     "dedup": "pipelines.dedup_stages",
     "filter": "quality.filter_task",
+    "decontaminate": "quality.contamination",
     "demo": None,
 }
 

@@ -19,6 +19,7 @@ FLOORS = [
     ["trainer"],
     ["evals", "ui"],
     ["factory_cli"],
+    ["orchestration"],
 ]
 FLOOR_OF = {package: level for level, packages in enumerate(FLOORS) for package in packages}
 
