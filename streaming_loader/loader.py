@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from lakehouse.errors import DataFileError, LoaderStateError
-from lakehouse.parquet import missing_files
+from lakehouse.parquet import file_io_properties, missing_files
 from mixtures.manifest import Manifest
 from streaming_loader.config import LoaderConfig
 from streaming_loader.metrics import LoaderMetrics
@@ -221,7 +221,7 @@ class StreamingLoader:
 def _check_files(manifest: Manifest) -> None:
     """Fail at construction, naming the snapshot and file, if any data file is gone."""
     for component in manifest.components:
-        missing = missing_files([f.path for f in component.files])
+        missing = missing_files([f.path for f in component.files], file_io_properties(manifest.catalog.get("name")))
         if missing:
             shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
             raise DataFileError(
