@@ -18,6 +18,7 @@ from lakehouse.commit import RUNS_DIR
 from lakehouse.parquet import split_uri
 from tests.conftest import REPO, run_factory
 from tests.pipelines.chain import TABLES, run_chain
+from tests.pipelines.test_other_engines import assert_daft_reads_as_pyiceberg
 from tests.s3 import ACCESS_KEY, SECRET_KEY, MotoServer
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -86,6 +87,8 @@ def test_an_s3_warehouse_end_to_end(kind, request, spark, moto, monkeypatch, tmp
     assert rows["filtered.quarantine"].column("doc_id").to_pylist() == [
         d for d in rows["dedup.web"].column("doc_id").to_pylist() if d not in rows["filtered.web"]["doc_id"].to_pylist()
     ]
+    for identifier in TABLES:  # another engine reads them from the bucket: Daft, by field ids
+        assert_daft_reads_as_pyiceberg(catalog.load_table(identifier))
     report = catalog.load_table(("filtered", "web")).current_snapshot().summary["factory.validation"]
     assert report.startswith(f"s3://{bucket}/wh/validation/")
     keys = moto.keys(bucket)
