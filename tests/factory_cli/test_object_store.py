@@ -143,6 +143,10 @@ def test_an_s3_warehouse_end_to_end(kind, request, spark, moto, monkeypatch, tmp
     assert fs.get_file_info(path).type.name == "NotFound"
     assert all(catalog.load_table(i).scan().to_arrow().num_rows == rows[".".join(i)].num_rows for i in TABLES)
 
+    # A store that cannot be reached is a clear error, not a traceback.
+    unreachable = run_factory("gc", env={f"PYICEBERG_CATALOG__{name.upper()}__S3__ENDPOINT": "http://127.0.0.1:1"})
+    assert unreachable.returncode == 2 and "cannot reach the object store" in unreachable.stderr, unreachable.stderr
+
     # The keys reached nothing the factory wrote or said: snapshot summaries and table metadata (in
     # the bucket), validation reports, the manifest, the lineage record, logs, the command's output.
     client = moto.client()
@@ -152,4 +156,4 @@ def test_an_s3_warehouse_end_to_end(kind, request, spark, moto, monkeypatch, tmp
     assert_no_secret("the manifest", manifest_path.read_text())
     assert_no_secret("the lineage", json.dumps(lineage, default=str))
     assert_no_secret("the log", caplog.text)
-    assert_no_secret("gc's output", gc.stdout + gc.stderr)
+    assert_no_secret("gc's output", gc.stdout + gc.stderr + unreachable.stdout + unreachable.stderr)
