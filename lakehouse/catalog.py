@@ -72,7 +72,7 @@ def load_catalog(name: str | None = None) -> Catalog:
         properties = embedded_catalog_properties(home)
         return _race_safe(lambda: _pyiceberg_load_catalog(EMBEDDED_CATALOG_NAME, **properties))
     try:
-        return _race_safe(lambda: _pyiceberg_load_catalog(name))
+        return _race_safe(lambda: _pyiceberg_load_catalog(name, **_configuration(name)))
     except Exception as exc:  # pyiceberg raises ValueError, ImportError, connection errors…
         # pyiceberg's and SQLAlchemy's messages may repeat the URI, password included: redacted,
         # and not chained (a printed traceback would show the original message).
@@ -81,6 +81,15 @@ def load_catalog(name: str | None = None) -> Catalog:
             f"Configure it in ~/.pyiceberg.yaml or with PYICEBERG_CATALOG__{name.upper()}__* variables, "
             "or leave --catalog/FACTORY_CATALOG unset to use the embedded SQLite catalog."
         ) from None
+
+
+def _configuration(name: str) -> dict:
+    """The catalog's pyiceberg configuration as it is now: pyiceberg reads its variables and
+    ``.pyiceberg.yaml`` once, when first imported, and a process that configured a catalog since
+    (a test, a notebook) would not find it."""
+    from pyiceberg.utils.config import Config
+
+    return dict(Config().get_catalog_config(name) or {})
 
 
 def load_table(catalog: Catalog, identifier: tuple[str, ...]) -> Table:

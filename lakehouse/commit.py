@@ -93,7 +93,7 @@ class Run:
         ``factory gc`` leaves the folder alone until the commit of ``table`` releases it.
         """
         prefix = _staging_prefix(table, self)
-        lease.hold(prefix)
+        lease.hold(prefix, table.io.properties)
         return prefix
 
     def summary(self, stats: Mapping[str, object]) -> dict[str, str]:

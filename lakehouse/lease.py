@@ -19,8 +19,10 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
 
 import pyarrow.fs as pafs
 
@@ -42,6 +44,8 @@ _clock = time.monotonic  # replaced by tests to pretend time has passed
 @dataclass
 class _Lease:
     folder: str
+    # The table's FileIO properties (how to reach its store; they may hold keys: kept out of repr).
+    properties: Mapping[str, str] = field(repr=False)
     renewed: float = 0.0
     lost: str | None = None
 
@@ -50,7 +54,7 @@ class _Lease:
         return f"{self.folder}/{LEASE_FILE}"
 
     def write(self) -> None:
-        fs, path = split_uri(self.uri)
+        fs, path = split_uri(self.uri, self.properties)
         fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
         body = {"host": socket.gethostname(), "pid": os.getpid(), "written": datetime.now(UTC).isoformat()}
         with fs.open_output_stream(path) as out:
@@ -61,7 +65,7 @@ class _Lease:
         """Rewrite the lease, unless it was lost: removed by gc, or not renewed for too long."""
         if self.lost is None and _clock() - self.renewed > TRUSTED.total_seconds():
             self.lost = f"not renewed for {_clock() - self.renewed:.0f}s (a run is trusted for {TRUSTED})"
-        fs, path = split_uri(self.uri)
+        fs, path = split_uri(self.uri, self.properties)
         if self.lost is None and fs.get_file_info(path).type != pafs.FileType.File:
             self.lost = f"{self.uri} was removed, as `factory gc` does for a run it takes for dead"
         if self.lost is None:
@@ -73,14 +77,15 @@ _lock = threading.Lock()
 _keeper: threading.Thread | None = None
 
 
-def hold(folder: str) -> None:
-    """Take the lease on ``folder`` (a URI) for this process, renewed until ``release``; idempotent."""
+def hold(folder: str, properties: Mapping[str, str] = MappingProxyType({})) -> None:
+    """Take the lease on ``folder`` (a URI; ``properties``: the FileIO properties that reach it) for
+    this process, renewed until ``release``; idempotent."""
     global _keeper
     folder = folder.rstrip("/")
     with _lock:
         if folder in _held:
             return
-        lease = _Lease(folder)
+        lease = _Lease(folder, dict(properties))
         lease.write()
         _held[folder] = lease
         if _keeper is None:
@@ -108,7 +113,7 @@ def release(folder: str) -> None:
     with _lock:
         lease = _held.pop(folder.rstrip("/"), None)
     if lease is not None:
-        fs, path = split_uri(lease.uri)
+        fs, path = split_uri(lease.uri, lease.properties)
         with contextlib.suppress(FileNotFoundError):  # removed already, by gc or by hand
             fs.delete_file(path)
 

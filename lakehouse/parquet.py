@@ -1,13 +1,19 @@
-"""Opening the Parquet data files a manifest lists, with errors that name the file.
+"""Files by URI on a local disk or an object store, and opening the Parquet data files of a manifest.
 
-Files are opened by URI through pyarrow's filesystems (local paths, ``file://``, ``s3://``,
-``gs://``…), so the loader's readers need no catalog: a Ray worker reads what the manifest says.
+One filesystem abstraction serves every reader and writer of the warehouse: pyarrow's
+filesystems, configured by pyiceberg's FileIO properties (``s3.endpoint``,
+``s3.access-key-id``, ``s3.region``, ``gcs.*``…; pyiceberg's ``PyArrowFileIO`` builds them), so
+a path is reached the way pyiceberg reaches the same table. Local paths, ``file://``, ``s3://``,
+``gs://``… all work, with no Hadoop jar. The loader's readers need no catalog: a Ray worker reads
+what the manifest says, with the properties its own pyiceberg configuration gives the
+manifest's catalog (``lakehouse.catalog.file_io_properties``).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -15,27 +21,64 @@ import pyarrow.parquet as pq
 from lakehouse.errors import DataFileError
 
 _LOCAL = pafs.LocalFileSystem()
+_NONE: Mapping[str, str] = {}
 
 
-@functools.lru_cache(maxsize=16)
-def _filesystem(scheme_and_authority: str) -> pafs.FileSystem:
-    fs, _ = pafs.FileSystem.from_uri(scheme_and_authority + "/")
-    return fs
+@functools.lru_cache(maxsize=32)
+def _filesystem(scheme: str, netloc: str, properties: frozenset[tuple[str, str]]) -> pafs.FileSystem:
+    from pyiceberg.io.pyarrow import PyArrowFileIO  # ~0.5 s to import: only for object stores
+
+    return PyArrowFileIO(dict(properties)).fs_by_scheme(scheme, netloc)
 
 
-def split_uri(uri: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem (one per scheme and bucket) and the path inside it."""
+def split_uri(uri: str, properties: Mapping[str, str] = _NONE) -> tuple[pafs.FileSystem, str]:
+    """The filesystem (one per scheme, bucket and configuration) and the path inside it.
+
+    ``properties`` are pyiceberg FileIO properties (a table's ``table.io.properties``); local
+    paths ignore them."""
     if "://" not in uri:
         return _LOCAL, uri
     scheme, rest = uri.split("://", 1)
     if scheme == "file":
         return _LOCAL, pafs.FileSystem.from_uri(uri)[1]  # pyarrow undoes the percent-encoding
-    return _filesystem(f"{scheme}://{rest.split('/', 1)[0]}"), rest
+    netloc = rest.split("/", 1)[0]
+    return _filesystem(scheme, netloc, frozenset(properties.items())), rest
 
 
-def open_parquet(uri: str, label: str) -> pq.ParquetFile:
+# Catalog properties that are not about reaching files: the connection string (which may hold a
+# database password) stays off readers that only open data files.
+_NOT_FILE_IO = ("uri", "type", "warehouse", "py-catalog-impl")
+
+
+def _configured() -> bool:
+    """Whether pyiceberg has any configuration to read: a ``PYICEBERG_*`` variable or a
+    ``.pyiceberg.yaml`` where pyiceberg's ``Config`` looks (``$PYICEBERG_HOME``, home, cwd)."""
+    if any(k.upper().startswith("PYICEBERG_") for k in os.environ):
+        return True
+    folders = [os.environ.get("PYICEBERG_HOME"), os.path.expanduser("~"), os.getcwd()]
+    return any(f and os.path.isfile(os.path.join(f, ".pyiceberg.yaml")) for f in folders)
+
+
+def file_io_properties(catalog_name: str | None) -> dict[str, str]:
+    """The FileIO properties (``s3.endpoint``, ``s3.access-key-id``, ``gcs.*``…) pyiceberg's
+    configuration gives the catalog named ``catalog_name``, read afresh (``~/.pyiceberg.yaml`` and
+    this process's ``PYICEBERG_CATALOG__<NAME>__*`` variables), without connecting to it.
+
+    What a reader holding only a manifest needs to open its data files: the manifest names its
+    catalog but records no credential, so each reader (a Ray worker, a training rank) finds the
+    store's settings in its own configuration. Empty for a name that is not configured, such as
+    the embedded catalog's (local files need none)."""
+    if not catalog_name or not _configured():
+        return {}
+    from pyiceberg.utils.config import Config  # ~0.5 s to import (pydantic): only when configured
+
+    config = Config().get_catalog_config(catalog_name) or {}
+    return {k: str(v) for k, v in config.items() if k not in _NOT_FILE_IO and not isinstance(v, dict)}
+
+
+def open_parquet(uri: str, label: str, properties: Mapping[str, str] = _NONE) -> pq.ParquetFile:
     """A Parquet file opened for reading; ``label`` says whose file it is in errors."""
-    fs, path = split_uri(uri)
+    fs, path = split_uri(uri, properties)
     try:
         return pq.ParquetFile(fs.open_input_file(path))
     except FileNotFoundError as exc:
@@ -47,11 +90,11 @@ def open_parquet(uri: str, label: str) -> pq.ParquetFile:
         raise DataFileError(f"{label}: cannot read data file {uri}: {exc}") from exc
 
 
-def missing_files(uris: Sequence[str]) -> list[str]:
+def missing_files(uris: Sequence[str], properties: Mapping[str, str] = _NONE) -> list[str]:
     """The URIs among ``uris`` that do not exist as files (one listing call per filesystem)."""
     by_fs: dict[int, tuple[pafs.FileSystem, list[tuple[str, str]]]] = {}
     for uri in uris:
-        fs, path = split_uri(uri)
+        fs, path = split_uri(uri, properties)
         by_fs.setdefault(id(fs), (fs, []))[1].append((uri, path))
     missing = []
     for fs, entries in by_fs.values():

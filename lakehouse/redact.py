@@ -26,6 +26,9 @@ _SECRET_KEY = re.compile(r"pass|pwd|secret|token|key|credential|auth|sig", re.IG
 # scheme://user:password@ (user may be empty). The password runs to the '@' before the host, as
 # SQLAlchemy and urllib read it; it may hold '/', '?' or ':'.
 _USERINFO = re.compile(r"(?<![\w+.\-])(?P<head>[A-Za-z][\w+.\-]*://[^\s:/@'\"]*):[^\s@'\"]*@")
+# Object-store URIs that carry keys (Hadoop's old ``s3n://KEY:SECRET@bucket``) put the access key
+# id where a user name goes: masked too, as the ``s3.access-key-id`` property is.
+_KEY_IS_USER = {"s3", "s3a", "s3n", "gs", "gcs", "oss"}
 # KEY= in a query string, a DSN or an environment line, and the value after it; '=' and the
 # separators may be percent-encoded when the pair sits inside another parameter's value.
 _ASSIGN = re.compile(r"(?<![\w.\-])(?P<key>[\w.\-]+)(?:=|%3[dD])")
@@ -36,9 +39,16 @@ _QUOTED = re.compile(r"(?P<head>(?P<q>['\"])(?P<key>[\w.\-]+)(?P=q)\s*:\s*)(?P<v
 
 def redact(text: str) -> str:
     """``text`` with every credential value it holds replaced by ``***``."""
-    text = _USERINFO.sub(lambda m: f"{m['head']}:{MASK}@", text)
+    text = _USERINFO.sub(_userinfo, text)
     text = _QUOTED.sub(_quoted, text)
     return _mask_pairs(text)
+
+
+def _userinfo(match: re.Match[str]) -> str:
+    scheme, _, _user = match["head"].partition("://")
+    if scheme.lower() in _KEY_IS_USER:
+        return f"{scheme}://{MASK}:{MASK}@"
+    return f"{match['head']}:{MASK}@"
 
 
 def _quoted(match: re.Match[str]) -> str:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 from pyiceberg.types import BinaryType, BooleanType, DoubleType, LongType, NestedField, StringType
 
 from lakehouse.errors import InputError
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
 DOCUMENT_SCHEMA = Schema(
     NestedField(1, "doc_id", StringType(), required=True, doc="stable id, unique in the table"),
@@ -72,12 +77,23 @@ QUARANTINE_RECORD_BYTES = 64 * 1024
 
 
 def arrow_schema(schema: Schema) -> pa.Schema:
-    """The Arrow schema that staged Parquet files are written with.
+    """The Arrow schema of ``schema``, every field (nested ones too) carrying its Iceberg field id
+    as ``PARQUET:field_id``, which pyarrow writes into a Parquet file's schema.
 
-    Without field ids: pyiceberg's ``add_files`` maps columns by name (the table's name mapping)
-    and refuses files that carry ids.
+    Data files carry their columns' field ids, as Iceberg's own writers do: readers that resolve
+    columns by id alone (Daft, which does not apply a table's ``schema.name-mapping.default``)
+    read them, and a renamed column stays the same column. pyiceberg's ``add_files`` checks the
+    ids against the table's schema. Files written before ids were added are still read through
+    the name mapping ``add_files`` keeps on the table (docs/architecture.md, "Tables").
     """
-    return schema_to_pyarrow(schema, include_field_ids=False)
+    return schema_to_pyarrow(schema, include_field_ids=True)
+
+
+def file_schema(table: Table, columns: Schema) -> pa.Schema:
+    """The Arrow schema a job writes ``columns`` of ``table`` with: typed and numbered as in the
+    table's current schema, in its order. The ids come from the table, not from ``columns``: a
+    table made by another job or engine, or evolved since, may number the same names otherwise."""
+    return arrow_schema(table.schema().select(*(f.name for f in columns.fields)))
 
 
 def require_columns(table_schema: Schema, columns: tuple[str, ...], label: str) -> None:

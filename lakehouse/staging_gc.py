@@ -63,7 +63,7 @@ class _Staging:
 
 def _list_staging(table: Table) -> _Staging:
     prefix = f"{table.location().rstrip('/')}/{RUNS_DIR}"
-    fs, root = split_uri(prefix)
+    fs, root = split_uri(prefix, table.io.properties)
     infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
     return _Staging(prefix, fs, root, [i for i in infos if i.type == pafs.FileType.File])
 

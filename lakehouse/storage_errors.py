@@ -35,12 +35,28 @@ _MESSAGES = {
 }
 
 
+# An object store's failures reach us as pyarrow's OSError without an errno, in AWS SDK words
+# (pyarrow's S3 filesystem; GCS and MinIO answer through the same SDK or the same words).
+_STORE_TEXT = {
+    re.compile(r"AWS Error NO_SUCH_BUCKET|Bucket '[^']*' not found"): "the object store has no such bucket: "
+    "create it, or point the catalog's `warehouse` at a bucket that exists",
+    re.compile(r"AWS Error (?:ACCESS_DENIED|INVALID_ACCESS_KEY_ID|SIGNATURE_DOES_NOT_MATCH|\[code 15\])"): "the "
+    "object store refused the catalog's keys: check `s3.access-key-id` and `s3.secret-access-key` (or the role), "
+    "and that they may read, write, delete and list the warehouse's prefix",
+    re.compile(r"AWS Error NETWORK_CONNECTION"): "cannot reach the object store: check the catalog's "
+    "`s3.endpoint` (and `s3.region`) and the network; nothing was committed",
+}
+
+
 def storage_error(exc: BaseException) -> StorageError | None:
     """The StorageError that ``exc`` (or an exception it wraps) amounts to, or None."""
     for seen in _chain(exc):
         if isinstance(seen, OSError) and seen.errno in _MESSAGES:
             return _error(seen.errno, seen.filename)
     for text in chain_texts(exc):
+        for pattern, message in _STORE_TEXT.items():
+            if pattern.search(text):
+                return StorageError(message)
         for found in _ERRNO_TEXT.finditer(text):
             if int(found.group(1)) in _MESSAGES:
                 return _error(int(found.group(1)), None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from pyiceberg.catalog import Catalog
@@ -58,7 +59,7 @@ def _pin_component(catalog: Catalog, spec: ComponentSpec, weight: float) -> Comp
     require_columns(schema, LOADER_COLUMNS, label)
     row_filter = bind_filter(spec.filter, schema, label)
     tasks = plan_snapshot(table, pinned.snapshot_id, pinned.table_name, row_filter)
-    files = tuple(sorted((_describe(t.file, label) for t in tasks), key=lambda f: f.path))
+    files = tuple(sorted((_describe(t.file, label, table.io.properties) for t in tasks), key=lambda f: f.path))
     log.info("%s: %d file(s), %d records, weight %.4f", label, len(files), sum(f.record_count for f in files), weight)
     return ComponentManifest(
         name=spec.name,
@@ -86,9 +87,9 @@ def bind_filter(text: str | None, schema: Schema, label: str) -> BooleanExpressi
         raise MixtureSpecError(f"{label}: filter {text!r} does not fit the table ({exc}); columns: {columns}") from exc
 
 
-def _describe(task_file, label: str) -> DataFile:
+def _describe(task_file, label: str, io_properties: Mapping[str, str]) -> DataFile:
     path, record_count = task_file.file_path, task_file.record_count
-    metadata = open_parquet(path, label).metadata
+    metadata = open_parquet(path, label, io_properties).metadata
     if metadata.num_rows != record_count:
         raise MixtureSpecError(
             f"{label}: {path} holds {metadata.num_rows} rows but the snapshot says {record_count}; "

@@ -50,7 +50,7 @@ from lakehouse.commit import CommitResult, Run, existing_commits, record_count
 from lakehouse.errors import InputError
 from lakehouse.refs import PinnedRef, format_identifier, parse_identifier
 from lakehouse.run_binding import RunOutput, commit_run, find_run_commits
-from lakehouse.schemas import CLUSTERS_SCHEMA, arrow_schema, require_columns
+from lakehouse.schemas import CLUSTERS_SCHEMA, file_schema, require_columns
 from pipelines.connected_components import connected_components
 from pipelines.dedup_stages import (
     FEATURES_SCHEMA,
@@ -477,7 +477,7 @@ def _kept_documents(docs: DataFrame, decided: DataFrame, schema: Schema, partiti
 
 
 def _write(df: DataFrame, table: Table, run: Run, schema: Schema):
-    target = Target.for_table(table, run.staging_prefix(table), arrow_schema(schema))
+    target = Target.for_table(table, run.staging_prefix(table), file_schema(table, schema))
     return write_staged(df.withColumn(TARGET_COLUMN, F.lit("out")), {"out": target})["out"]
 
 

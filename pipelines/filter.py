@@ -51,6 +51,7 @@ from lakehouse.schemas import (
     QUARANTINE_RECORD_BYTES,
     QUARANTINE_SCHEMA_WITH_METRICS,
     arrow_schema,
+    file_schema,
     require_columns,
 )
 from pipelines.read_units import ReadUnit, plan_units
@@ -251,7 +252,7 @@ def _filter_and_commit(job: _Job, start_audit: bool) -> tuple[Snapshot, Snapshot
         "quarantine": Target.for_table(
             job.quarantine,
             job.run.staging_prefix(job.quarantine),
-            arrow_schema(QUARANTINE_SCHEMA_WITH_METRICS),
+            file_schema(job.quarantine, QUARANTINE_SCHEMA_WITH_METRICS),
             count_column="_count_key",
         ),
     }

@@ -34,7 +34,7 @@ from lakehouse.schemas import (
     DOCUMENT_SCHEMA,
     QUARANTINE_RECORD_BYTES,
     QUARANTINE_SCHEMA,
-    arrow_schema,
+    file_schema,
     require_columns,
 )
 from pipelines.ingest_inputs import InputFile, check_fields, discover, encode_group, plan_tasks, read_records
@@ -141,9 +141,14 @@ def ingest(spark: SparkSession, catalog: Catalog, opts: IngestOptions) -> Ingest
     outputs = write_staged(
         routed,
         {
-            "documents": Target.for_table(documents, run.staging_prefix(documents), arrow_schema(DOCUMENT_SCHEMA)),
+            "documents": Target.for_table(
+                documents, run.staging_prefix(documents), file_schema(documents, DOCUMENT_SCHEMA)
+            ),
             "quarantine": Target.for_table(
-                quarantine, run.staging_prefix(quarantine), arrow_schema(QUARANTINE_SCHEMA), count_column="reason"
+                quarantine,
+                run.staging_prefix(quarantine),
+                file_schema(quarantine, QUARANTINE_SCHEMA),
+                count_column="reason",
             ),
         },
     )

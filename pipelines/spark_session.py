@@ -177,14 +177,48 @@ def snapshot_files(table: Table, snapshot_id: int, label: str) -> list[str]:
 
 
 def read_snapshot(spark: SparkSession, table: Table, snapshot_id: int, label: str) -> DataFrame:
-    """A pinned snapshot as a Spark DataFrame (Spark reads the Parquet files pyiceberg plans)."""
+    """A pinned snapshot as a Spark DataFrame (Spark reads the Parquet files pyiceberg plans).
+
+    Spark's own reader reaches only filesystems it has a Hadoop connector for: local disk and
+    HDFS here (no ``hadoop-aws`` jar ships with pyspark, and none is fetched at run time). Files
+    elsewhere (``s3://``, ``gs://``…) are read by Spark tasks with pyarrow, through the table's
+    FileIO properties (``read_units``), as the filter job reads its input."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from lakehouse.catalog import snapshot_schema
     from lakehouse.schemas import arrow_schema
 
-    schema = from_arrow_schema(arrow_schema(snapshot_schema(table, snapshot_id)))
+    schema = arrow_schema(snapshot_schema(table, snapshot_id))
+    spark_schema = from_arrow_schema(schema)
     paths = snapshot_files(table, snapshot_id, label)
     if not paths:
-        return spark.createDataFrame([], schema)
-    return spark.read.schema(schema).parquet(*paths)
+        return spark.createDataFrame([], spark_schema)
+    if all(_hadoop_reads(path) for path in paths):
+        return spark.read.schema(spark_schema).parquet(*paths)
+    return _read_with_pyarrow(spark, paths, schema, spark_schema, table.io.properties)
+
+
+def _hadoop_reads(path: str) -> bool:
+    scheme, sep, _ = path.partition("://")
+    return not sep or scheme in HADOOP_SCHEMES
+
+
+# The schemes Spark's reader reaches with the jars pyspark ships.
+HADOOP_SCHEMES = ("file", "hdfs", "viewfs")
+
+
+def _read_with_pyarrow(spark: SparkSession, paths: list[str], schema, spark_schema, io_properties) -> DataFrame:
+    """The files' rows, one Spark partition per unit of work (``read_units``), in unit order."""
+    from pipelines.read_units import plan_units
+
+    io_properties = {k: v for k, v in io_properties.items() if k != "uri"}  # the catalog's, not the store's
+    units = plan_units(paths, io_properties)
+
+    def read(ids: Iterator) -> Iterator:
+        from pipelines.read_units import read_unit
+
+        for batch in ids:
+            for i in batch.column(0).to_pylist():
+                yield from read_unit(units[i], schema, io_properties)
+
+    return spark.range(0, len(units), 1, len(units)).mapInArrow(read, spark_schema)

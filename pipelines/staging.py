@@ -14,7 +14,7 @@ import json
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,7 +35,7 @@ class Target:
 
     prefix: str
     schema: pa.Schema
-    io_properties: Mapping[str, str]
+    io_properties: Mapping[str, str] = field(repr=False)  # may hold the store's keys
     count_column: str | None = None  # report the number of rows per value of this column (written or not)
 
     @classmethod

@@ -31,7 +31,7 @@ import torch
 
 from lakehouse.errors import DataFileError, LoaderStateError
 from lakehouse.faults import maybe_fail
-from lakehouse.parquet import missing_files
+from lakehouse.parquet import file_io_properties, missing_files
 from mixtures.manifest import Manifest
 from streaming_loader.config import LoaderConfig
 from streaming_loader.metrics import WAITING_SINCE, LoaderMetrics, first_batch_progress
@@ -238,7 +238,7 @@ class StreamingLoader:
 def _check_files(manifest: Manifest) -> None:
     """Fail at construction, naming the snapshot and file, if any data file is gone."""
     for component in manifest.components:
-        missing = missing_files([f.path for f in component.files])
+        missing = missing_files([f.path for f in component.files], file_io_properties(manifest.catalog.get("name")))
         if missing:
             shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
             raise DataFileError(

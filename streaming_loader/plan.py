@@ -104,6 +104,9 @@ class StreamPlan:
     """Text bytes a unit grows to (how the reading work is cut; no effect on the stream)."""
     first_read_bytes: int = 64 << 10
     """Text bytes of a sub-stream's first unit."""
+    catalog: str = ""
+    """The name of the catalog the manifest was pinned in: readers open the data files with the
+    FileIO properties their own pyiceberg configuration gives it (``file_io_properties``)."""
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
@@ -123,7 +126,16 @@ class StreamPlan:
         components = tuple(ComponentPlan.from_manifest(i, c, salt, split) for i, c in enumerate(manifest.components))
         if not any(c.weight > 0 for c in components):
             raise LoaderConfigError(f"no component of {manifest.name!r} has a held-out split (heldout_fraction)")
-        return cls(manifest.seed, num_shards, shuffle_window, split, components, read_bytes, min(64 << 10, read_bytes))
+        return cls(
+            manifest.seed,
+            num_shards,
+            shuffle_window,
+            split,
+            components,
+            read_bytes,
+            min(64 << 10, read_bytes),
+            manifest.catalog.get("name", ""),
+        )
 
     # --- the slice of a shard -------------------------------------------------------------
 

@@ -9,13 +9,15 @@ the wanted side of the held-out split.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 import pyarrow as pa
 
 from lakehouse.errors import DataFileError
-from lakehouse.parquet import open_parquet
+from lakehouse.parquet import file_io_properties, open_parquet
 from mixtures.heldout import heldout_mask
 from streaming_loader.plan import ComponentPlan, Segment, StreamPlan, Unit
 
@@ -34,7 +36,8 @@ class UnitDocs:
 def read_unit(plan: StreamPlan, unit: Unit) -> UnitDocs:
     component = plan.components[unit.component]
     segments, wanted = plan.rows(unit)
-    tables = [_read_segment(component, segment) for segment in segments]
+    properties = _file_io_properties(plan.catalog)
+    tables = [_read_segment(component, segment, properties) for segment in segments]
     rows = pa.concat_tables(tables)
     expected = sum(s.stop - s.start for s in segments)
     if rows.num_rows != expected:
@@ -46,7 +49,13 @@ def read_unit(plan: StreamPlan, unit: Unit) -> UnitDocs:
     return UnitDocs(positions=positions.astype(np.int64), texts=texts)
 
 
-def _read_segment(component: ComponentPlan, segment: Segment) -> pa.Table:
+@functools.lru_cache(maxsize=4)
+def _file_io_properties(catalog: str) -> Mapping[str, str]:
+    """Read once per process: a reader opens many units."""
+    return MappingProxyType(file_io_properties(catalog))
+
+
+def _read_segment(component: ComponentPlan, segment: Segment, properties: Mapping[str, str]) -> pa.Table:
     path = component.paths[segment.file]
     groups = component.row_groups[segment.file]
     starts = np.concatenate([[0], np.cumsum(groups)])
@@ -54,7 +63,7 @@ def _read_segment(component: ComponentPlan, segment: Segment) -> pa.Table:
     last = int(np.searchsorted(starts, segment.stop - 1, side="right") - 1)
     skip, want = segment.start - int(starts[first]), segment.stop - segment.start
     columns = _columns_to_read(component)
-    parquet = open_parquet(path, component.label)
+    parquet = open_parquet(path, component.label, properties)
     batches, seen = [], 0
     try:
         for batch in parquet.iter_batches(

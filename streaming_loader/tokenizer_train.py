@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from pyiceberg.catalog import Catalog
@@ -51,8 +51,8 @@ def train_tokenizer(
     budget = max(1, max_bytes // len(pinned))
 
     def texts() -> Iterator[str]:
-        for table_files, ref in pinned:
-            for text in _texts(table_files, ref, budget):
+        for table_files, ref, io_properties in pinned:
+            for text in _texts(table_files, ref, budget, io_properties):
                 counts["documents"] += 1
                 counts["bytes"] += len(text.encode("utf-8"))
                 yield text
@@ -70,7 +70,7 @@ def train_tokenizer(
     tokenizer.train_from_iterator(texts(), trainer)
     if counts["documents"] == 0:
         raise InputError(f"no documents to train on in {', '.join(refs)}")
-    inputs = [ref.as_input() for _, ref in pinned]
+    inputs = [ref.as_input() for _, ref, _ in pinned]
     document = json.loads(tokenizer.to_str())
     document["model"][METADATA_KEY] = {
         "trained_by": "factory tokenizer train",
@@ -87,17 +87,17 @@ def train_tokenizer(
     return TrainedTokenizer(json.dumps(document, ensure_ascii=False), counts["documents"], counts["bytes"], inputs)
 
 
-def _pin(catalog: Catalog, ref: str) -> tuple[list[str], PinnedRef]:
+def _pin(catalog: Catalog, ref: str) -> tuple[list[str], PinnedRef, Mapping[str, str]]:
     table, pinned = resolve(catalog, ref)
     require_columns(snapshot_schema(table, pinned.snapshot_id), ("text",), str(pinned))
     files = sorted(task.file.file_path for task in plan_snapshot(table, pinned.snapshot_id, pinned.table_name))
-    return files, pinned
+    return files, pinned, table.io.properties
 
 
-def _texts(files: list[str], ref: PinnedRef, budget: int) -> Iterator[str]:
+def _texts(files: list[str], ref: PinnedRef, budget: int, io_properties: Mapping[str, str]) -> Iterator[str]:
     used = 0
     for path in files:
-        for batch in open_parquet(path, str(ref)).iter_batches(batch_size=1024, columns=["text"]):
+        for batch in open_parquet(path, str(ref), io_properties).iter_batches(batch_size=1024, columns=["text"]):
             for text in batch.column(0).to_pylist():
                 if text is None:
                     continue

@@ -32,6 +32,14 @@ SECRET = "Pw-7Hq2xZ"
         f"PYICEBERG_CATALOG__LAKE__PASSWORD={SECRET}",
         f"mssql+pyodbc:///?odbc_connect=PWD%3D{SECRET}",
         f"options=a=b=password={SECRET}&sslmode=require",
+        # An object store's keys, as pyiceberg FileIO properties, variables and URLs carry them.
+        f"PYICEBERG_CATALOG__LAKE__S3__ACCESS_KEY_ID={SECRET}",
+        f"PYICEBERG_CATALOG__LAKE__S3__SECRET_ACCESS_KEY={SECRET} PYICEBERG_CATALOG__LAKE__S3__SESSION_TOKEN={SECRET}",
+        f"{{'s3.endpoint': 'http://127.0.0.1:9000', 's3.access-key-id': '{SECRET}', 's3.session-token': '{SECRET}'}}",
+        f'{{"client.access-key-id": "{SECRET}", "client.secret-access-key": "{SECRET}", "gcs.oauth2.token": "{SECRET}"}}',
+        f"s3.access-key-id={SECRET}&s3.secret-access-key={SECRET}&s3.region=us-east-1",
+        f"https://b.s3.amazonaws.com/k?X-Amz-Credential={SECRET}&X-Amz-Security-Token={SECRET}&X-Amz-Signature={SECRET}",
+        f"s3://{SECRET}:{SECRET}@bucket/warehouse",
     ],
 )
 def test_every_credential_form_is_redacted(text):
@@ -49,6 +57,9 @@ def test_what_is_not_a_credential_is_kept():
         "postgresql://factory:***@db/lake?password=***&sslmode=require"
     )
     assert redact("") == ""
+    assert redact("s3.endpoint=http://127.0.0.1:9000&s3.region=us-east-1&s3.path-style-access=true") == (
+        "s3.endpoint=http://127.0.0.1:9000&s3.region=us-east-1&s3.path-style-access=true"
+    )
 
 
 def test_a_long_message_costs_linear_time():

@@ -35,6 +35,30 @@ def raised_from(cause: BaseException, outer: BaseException) -> BaseException:
         (raised_from(OSError("x"), RuntimeError("(sqlite3.OperationalError) database or disk is full")), "no space"),
         (RuntimeError("(sqlite3.OperationalError) attempt to write a readonly database"), "read-only"),
         (raised_from(OSError(errno.ENOSPC, "full"), RuntimeError("CheckpointException ranks: [0]")), "no space"),
+        # pyarrow's S3 filesystem, as it answered moto's server (no errno).
+        (OSError("Bucket 'nobucket' not found. To create buckets, enable the allow_bucket_creation option."), "bucket"),
+        (
+            OSError(
+                "When initiating multiple part upload for key 'wh/x/_lease' in bucket 'nobucket': AWS Error "
+                "NO_SUCH_BUCKET during CreateMultipartUpload operation: The specified bucket does not exist"
+            ),
+            "no such bucket",
+        ),
+        (
+            OSError(
+                "When getting information for key 'x' in bucket 'b': AWS Error NETWORK_CONNECTION during HeadObject "
+                "operation: curlCode: 7, Could not connect to server"
+            ),
+            "s3.endpoint",
+        ),
+        (
+            OSError("When reading information for key 'k' in bucket 'b': AWS Error ACCESS_DENIED during"),
+            "s3.access-key-id",
+        ),
+        (
+            RuntimeError("PythonException: OSError: ... AWS Error [code 15]: Access Denied"),
+            "refused the catalog's keys",
+        ),
     ],
 )
 def test_each_form_is_recognised_and_says_what_to_do(exc, says):
