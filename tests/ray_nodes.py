@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -85,6 +86,7 @@ class RayNodes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
             self.kill(name)  # whatever outlived its node's SIGTERM
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def session_members(sid: int) -> list[int]:
