@@ -1,4 +1,4 @@
-"""``factory train``: launch the trainer through torchrun on this machine."""
+"""``factory train``: launch the trainer through torchrun, on this machine or as one node of many."""
 
 from __future__ import annotations
 
@@ -14,6 +14,15 @@ from trainer.config import load_config
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "train") -> None:
     parser.add_argument("--config", required=True, metavar="FILE", help="training config (TOML)")
     parser.add_argument("--nproc", type=int, default=1, help="processes (ranks) on this machine (default: 1)")
+    parser.add_argument(
+        "--nnodes", type=int, default=1, help="machines in the run; each runs this command (default: 1, this one)"
+    )
+    parser.add_argument(
+        "--rdzv-endpoint",
+        metavar="HOST:PORT",
+        help="with --nnodes > 1: the c10d rendezvous every node joins (a port on one of the nodes)",
+    )
+    parser.add_argument("--rdzv-id", default="factory", help="with --nnodes > 1: the run's rendezvous id")
     parser.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     parser.add_argument(
         "--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)"
@@ -22,8 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "train") -> None
 
 def torchrun_command(args: argparse.Namespace) -> list[str]:
     # torchrun (trainer.launch: torchrun, ending as its ranks did); --standalone: one machine, a
-    # private rendezvous on a free port (so runs never collide).
-    command = [sys.executable, "-m", "trainer.launch", "--standalone", "--nproc-per-node", str(args.nproc)]
+    # private rendezvous on a free port (so runs never collide). Several machines: each runs this
+    # command and joins the c10d rendezvous at --rdzv-endpoint, which also ranks the nodes.
+    command = [sys.executable, "-m", "trainer.launch", "--nproc-per-node", str(args.nproc)]
+    if args.nnodes == 1:
+        command.append("--standalone")
+    else:
+        command += ["--nnodes", str(args.nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", args.rdzv_endpoint]
+        command += ["--rdzv-id", args.rdzv_id]
     command += ["-m", "trainer.train", "--config", args.config]
     for override in args.set:
         command += ["--set", override]
@@ -33,10 +48,12 @@ def torchrun_command(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.nproc < 1:
-        raise ConfigError("--nproc must be at least 1")
+    if args.nproc < 1 or args.nnodes < 1:
+        raise ConfigError("--nproc and --nnodes must be at least 1")
+    if args.nnodes > 1 and not args.rdzv_endpoint:
+        raise ConfigError("--nnodes above 1 needs --rdzv-endpoint HOST:PORT, the rendezvous every node joins")
     cfg = load_config(args.config, args.set)  # fail here, before starting any rank
-    cfg.check_world(args.nproc)
+    cfg.check_world(args.nproc * args.nnodes)
     env = {
         **os.environ,
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc))),

@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.errors import MissingDependencyError
 from pipelines.jvm_options import java_options, jit_options
+from pipelines.ship_code import ship_code
 
 if TYPE_CHECKING:  # pyiceberg is imported where used: importing this module must be quick, as
     from pyiceberg.table import Table  # a command starts the JVM (start_spark_early) right after
@@ -65,6 +66,7 @@ def get_spark(app_name: str) -> SparkSession:
     """A Spark session: the one spark-submit configured, else ``local[*]`` in this process.
 
     ``FACTORY_SPARK_MASTER`` and ``FACTORY_SPARK_DRIVER_MEMORY`` adjust the in-process session.
+    On a cluster master the executors get the driver's own code (pipelines/ship_code.py).
     """
     if _early_start is not None:
         _early_start.join()
@@ -78,7 +80,9 @@ def _create_session(app_name: str) -> SparkSession:
     for key, value in DEFAULT_CONF.items():
         builder = builder.config(key, value)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a laptop session needs no network
+        master = os.environ.get("FACTORY_SPARK_MASTER", "local[*]")
+        if master.startswith("local"):  # a laptop session needs no network; a cluster's executors
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # must reach the driver's address
         if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
             raise MissingDependencyError(
                 "Spark needs Java 17: install it with `apt-get install -y openjdk-17-jre-headless`"
@@ -87,7 +91,7 @@ def _create_session(app_name: str) -> SparkSession:
             filter(None, [f"-Dlog4j.configurationFile={_LOG4J.as_uri()}", jit_options(), java_options()])
         )
         builder = (
-            builder.master(os.environ.get("FACTORY_SPARK_MASTER", "local[*]"))
+            builder.master(master)
             .config("spark.driver.memory", driver_memory())
             .config("spark.driver.extraJavaOptions", options)
             .config("spark.ui.enabled", os.environ.get("FACTORY_SPARK_UI", "false"))
@@ -95,6 +99,9 @@ def _create_session(app_name: str) -> SparkSession:
         )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if not spark.conf.get("spark.factory.codeShipped", None):  # once per session (getOrCreate returns it again)
+        ship_code(spark)
+        spark.conf.set("spark.factory.codeShipped", "true")
     _quiet_accumulator_server(spark)
     return spark
 

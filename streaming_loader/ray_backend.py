@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import importlib
 import itertools
 import logging
 import os
@@ -65,15 +66,25 @@ _WORKER_CACHE: dict[str, tuple[StreamPlan, TokenizerSpec]] = {}
 _OPEN: weakref.WeakSet[RayBackend] = weakref.WeakSet()
 
 
+# The packages a reader task imports (streaming_loader and the floors below it).
+READER_PACKAGES = ("lakehouse", "mixtures", "streaming_loader")
+
+
 def ensure_ray(address: str | None) -> None:
-    """Join the Ray cluster at ``address`` (or ``$RAY_ADDRESS``), or start a local one, once."""
+    """Join the Ray cluster at ``address`` (or ``$RAY_ADDRESS``), or start a local one, once.
+
+    Joining a cluster, the loader ships its own code to the workers (Ray's ``py_modules``):
+    the nodes' installed packages may be another version, and a reader that tokenized
+    differently would change the stream silently. A local Ray runs this process's files.
+    """
     import ray
 
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS") or None
     log.info("starting Ray (%s)", f"joining {address}" if address else "local cluster")
-    ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
+    runtime_env = {"py_modules": [importlib.import_module(p) for p in READER_PACKAGES]} if address else None
+    ray.init(address=address, runtime_env=runtime_env, include_dashboard=False, logging_level=logging.WARNING)
 
 
 def _close_before_ray_shuts_down() -> None:

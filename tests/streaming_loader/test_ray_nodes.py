@@ -1,0 +1,94 @@
+"""The loader on a two-node Ray cluster (`ray start --head` and `ray start --address`, each a
+node of its own): the stream of backend="local", read on both nodes, through a node's death."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from mixtures.pin import pin
+from mixtures.spec import spec_from_dict
+from tests.conftest import REPO
+from tests.corpora import make_table
+from tests.ray_nodes import RayNodes
+from tests.streaming_loader.conftest import SMALL
+from tests.streaming_loader.test_loader import same, take
+from tests.streaming_loader.test_ray import BIG, loader
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+DECOY = "raise ImportError('a Ray worker imported its own {name}, not the code the driver runs')\n"
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory):
+    # Each node's PYTHONPATH leads to packages that refuse to import: a reader task that imports
+    # anything but the code the loader shipped fails the stream.
+    decoys = tmp_path_factory.mktemp("node-site")
+    for name in ("lakehouse", "mixtures", "streaming_loader"):
+        (decoys / name).mkdir()
+        (decoys / name / "__init__.py").write_text(DECOY.format(name=name))
+    cluster = RayNodes(env={"PYTHONPATH": str(decoys)})
+    try:
+        cluster.start_node("head", {"head": 1}, head=True)
+        cluster.start_node("worker", {"worker": 1})
+        cluster.wait_for(2)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def big_manifest(mixture):
+    """One component big enough that the stream is still running when the node dies."""
+    make_table(mixture.catalog, "raw.big_nodes", 4000, files=2, seed=5, max_len=400)
+    path = mixture.home / "big-nodes.json"
+    spec = spec_from_dict({"components": [{"name": "big", "table": "raw.big_nodes", "weight": 1}]})
+    pin(mixture.catalog, spec).save(path)
+    return path
+
+
+def run_driver(nodes: RayNodes, tmp_path, manifest, mixture, batches: int, options: dict, kill: bool = False):
+    out, seen = tmp_path / "batches.pt", tmp_path / "nodes"
+    seen.mkdir()
+    args = [nodes.address, str(manifest), str(mixture.tokenizer), str(out), str(batches), json.dumps(options)]
+    if kill:
+        args += [str(batches // 3), str(nodes.nodes["worker"].pid)]
+    # The driver runs outside the checkout (Ray would put its working folder on the workers'
+    # path): only what the loader ships reaches the workers.
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FACTORY_TEST_NODES_DIR": str(seen), "RAY_AUTH_MODE": "disabled"}
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.streaming_loader.ray_driver", *args],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = torch.load(out, weights_only=True)
+    reads = {p.name: len(p.read_text().split()) for p in seen.iterdir()}
+    return result["batches"], result["error"], reads
+
+
+def test_the_loader_reads_on_both_nodes_and_gives_the_local_stream(nodes, mixture, tmp_path):
+    with loader(mixture, "local") as local:
+        reference = take(local, 30)
+    got, error, reads = run_driver(nodes, tmp_path, mixture.manifest, mixture, 30, SMALL)
+    assert error is None
+    assert same(got, reference)
+    assert len(reads) == 2, reads  # reader tasks ran on the head and on the worker node
+
+
+def test_a_node_killed_mid_stream_gives_the_same_stream_or_fails_clearly(nodes, mixture, big_manifest, tmp_path):
+    with loader(mixture, "local", big_manifest, **BIG) as local:
+        reference = take(local, 24)
+    got, error, _reads = run_driver(nodes, tmp_path, big_manifest, mixture, 24, BIG, kill=True)
+    assert nodes.nodes["worker"].poll() is not None  # the worker node is gone
+    print(f"after the worker node's death: {error or f'the same stream, {len(got)} batches'}")  # which of the two
+    if error is None:
+        assert same(got, reference)
+    else:
+        assert error.startswith("lakehouse.errors.StreamError") and "Ray readers failed" in error, error
+        assert same(got, reference[: len(got)]) and len(got) >= 8  # what came before the death was right
