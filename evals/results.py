@@ -19,7 +19,7 @@ from lakehouse.catalog import ensure_table
 from lakehouse.columns import TARGET_COLUMN
 from lakehouse.commit import CommitResult, Run, StagedFile
 from lakehouse.run_binding import RunOutput, commit_run
-from lakehouse.schemas import EVAL_RESULTS_SCHEMA, arrow_schema
+from lakehouse.schemas import EVAL_RESULTS_SCHEMA, file_schema
 from lakehouse.version import code_version
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def commit_results(catalog: Catalog, run: Run, rows: list[dict[str, Any]]) -> Co
     from pipelines.staging import Target, write_partition
 
     table = ensure_table(catalog, RESULTS_TABLE, EVAL_RESULTS_SCHEMA)
-    schema = arrow_schema(EVAL_RESULTS_SCHEMA)
+    schema = file_schema(table, EVAL_RESULTS_SCHEMA)
     data = pa.Table.from_pylist(rows, schema=schema)
     data = data.append_column(TARGET_COLUMN, pa.array([_TARGET] * data.num_rows, pa.string()))
     # The Spark jobs' task writer, run here in the driver: same file naming, durability and clean-up.

@@ -38,7 +38,13 @@ from lakehouse.errors import InputError
 from lakehouse.publish import publish, remove_branch, start_branch
 from lakehouse.refs import PinnedRef, format_identifier, parse_identifier
 from lakehouse.run_binding import RunOutput, commit_run, find_run_commits
-from lakehouse.schemas import QUARANTINE_RECORD_BYTES, QUARANTINE_SCHEMA_WITH_METRICS, arrow_schema, require_columns
+from lakehouse.schemas import (
+    QUARANTINE_RECORD_BYTES,
+    QUARANTINE_SCHEMA_WITH_METRICS,
+    arrow_schema,
+    file_schema,
+    require_columns,
+)
 from pipelines.read_units import ReadUnit, plan_units
 from pipelines.spark_session import snapshot_files
 from pipelines.staging import REPORT_SCHEMA, Target, staged_outputs
@@ -141,7 +147,10 @@ def _mark_and_stage(
     targets = {
         "documents": Target.for_table(output, run.staging_prefix(output), arrow_schema(output.schema())),
         "quarantine": Target.for_table(
-            quarantine, run.staging_prefix(quarantine), arrow_schema(QUARANTINE_SCHEMA_WITH_METRICS), "filter"
+            quarantine,
+            run.staging_prefix(quarantine),
+            file_schema(quarantine, QUARANTINE_SCHEMA_WITH_METRICS),
+            "filter",
         ),
     }
     io_properties = targets["documents"].io_properties

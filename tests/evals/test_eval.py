@@ -22,6 +22,7 @@ from lakehouse.commit import summary_properties
 from lakehouse.errors import CheckpointError, InputError, RunConflictError
 from lakehouse.version import code_version
 from tests.conftest import run_factory
+from tests.other_engines import assert_daft_reads_as_pyiceberg
 from trainer import checkpoint as trainer_checkpoint
 from trainer.model import Transformer
 from trainer.parallel import World
@@ -64,6 +65,7 @@ def test_each_suite_commits_its_rows_once(trained_run, catalog):
     summary = summary_properties(table.snapshot_by_id(humaneval.snapshot_id))
     assert summary["factory.job"] == "eval" and summary["factory.run-id"] == humaneval.eval_run_id
     assert json.loads(summary["factory.params"])["limit"] == 2
+    assert_daft_reads_as_pyiceberg(table)
 
     before = _snapshots(catalog)
     # Again, naming the run folder (its newest checkpoint): nothing is run or committed.

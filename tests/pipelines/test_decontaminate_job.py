@@ -19,6 +19,7 @@ from lakehouse.errors import InputError, RunConflictError
 from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
 from pipelines.decontaminate import DecontaminateOptions, decontaminate
 from tests.conftest import REPO
+from tests.other_engines import assert_daft_reads_as_pyiceberg
 from tests.quality.test_contamination import reformatted
 
 PROBLEMS = read_problems()
@@ -74,6 +75,8 @@ def test_planted_problems_are_quarantined_and_ordinary_code_is_kept(spark, catal
     snapshot = find_run_snapshot(catalog.load_table(("clean", "code")), "d-1")
     assert snapshot_stats(snapshot) == result.stats
     assert snapshot.summary["factory.job"] == "decontaminate"
+    for table in (("clean", "code"), ("clean", "quarantine")):
+        assert_daft_reads_as_pyiceberg(catalog.load_table(table))
 
     again = decontaminate(spark, catalog, opts)
     assert again.already_committed and again.stats == result.stats
