@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tokenizer": ("factory_cli.tokenizer", "build a byte-level BPE tokenizer from pinned snapshots"),
     "mix": ("factory_cli.mix", "pin a mixture spec to snapshot ids and data files"),
     "train": ("factory_cli.train", "train a model on a pinned manifest through torchrun"),
+    "sweep": ("factory_cli.sweep", "search training config keys and mixture weights, trials on Ray Tune"),
+    "ablate": ("factory_cli.ablate", "run a base and one-change variants over seeds; differences against seed noise"),
     "lineage": ("factory_cli.lineage", "show which data, pipeline runs and raw inputs made a checkpoint"),
     "gc": ("factory_cli.gc", "remove staged files of runs that never committed"),
     "demo": ("factory_cli.demo", "run the chain on the embedded default with a built-in corpus"),

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
-import sys
 
 from lakehouse.errors import ConfigError
 from trainer.config import load_config
+from trainer.launch import command
 
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "train") -> None:
@@ -21,15 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "train") -> None
 
 
 def torchrun_command(args: argparse.Namespace) -> list[str]:
-    # torchrun (trainer.launch: torchrun, ending as its ranks did); --standalone: one machine, a
-    # private rendezvous on a free port (so runs never collide).
-    command = [sys.executable, "-m", "trainer.launch", "--standalone", "--nproc-per-node", str(args.nproc)]
-    command += ["-m", "trainer.train", "--config", args.config]
-    for override in args.set:
-        command += ["--set", override]
-    if args.resume:
-        command.append("--resume")
-    return command
+    return command(args.config, args.nproc, args.set, args.resume)
 
 
 def run(args: argparse.Namespace) -> int:

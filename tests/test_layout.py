@@ -17,6 +17,7 @@ FLOORS = [
     ["quality", "mixtures"],
     ["pipelines", "streaming_loader"],
     ["trainer"],
+    ["experiments"],
     ["factory_cli"],
 ]
 FLOOR_OF = {package: level for level, packages in enumerate(FLOORS) for package in packages}

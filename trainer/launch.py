@@ -9,12 +9,27 @@ reported an error of ours (1 otherwise), so ``factory train`` ends as every othe
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-from torch.distributed.run import main as torchrun
+
+def command(config: str, nproc: int, overrides: Sequence[str] = (), resume: bool = False) -> list[str]:
+    """The command that trains ``config`` on ``nproc`` local ranks: what ``factory train`` runs, and
+    each trial of ``factory sweep``. ``--standalone``: one machine, a private rendezvous on a free
+    port, so runs never collide."""
+    argv = [sys.executable, "-m", "trainer.launch", "--standalone", "--nproc-per-node", str(nproc)]
+    argv += ["-m", "trainer.train", "--config", str(config)]
+    for override in overrides:
+        argv += ["--set", override]
+    if resume:
+        argv.append("--resume")
+    return argv
 
 
 def main() -> int:
+    # Imported here: ``command`` is used by processes that never start torch (a sweep's trials).
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun
+
     try:
         torchrun()
     except ChildFailedError as failed:
