@@ -128,9 +128,8 @@ def run_sweep(
         catalog_name=catalog_name,
     )  # fmt: skip
     schedule = Schedule(cpus=spec.cpus, gpus=spec.gpus, samples=spec.samples, seed=spec.seed, asha=spec.asha)
-    return run_trials(
-        setup, tune_space(spec.space, spec.method), schedule, resume=resume, address=address, num_cpus=num_cpus
-    )
+    space = {"params": tune_space(spec.space, spec.method)}
+    return run_trials(setup, space, schedule, resume=resume, address=address, num_cpus=num_cpus)
 
 
 def run_trials(
@@ -143,7 +142,8 @@ def run_trials(
     num_cpus: int | None = None,
     trainable: Callable[[dict[str, Any], TrialSetup], None] = run_trial,
 ) -> SweepOutcome:
-    """Run (or resume) the trials of ``param_space`` on Ray Tune; one row per finished trial."""
+    """Run (or resume) the trials of ``param_space`` (Tune's, each trial's parameters under
+    ``params``) on Ray Tune; one row per finished trial."""
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search import BasicVariantGenerator
@@ -176,7 +176,7 @@ def run_trials(
                 )
             tuner = tune.Tuner(
                 fn,
-                param_space={"params": dict(param_space)},
+                param_space=dict(param_space),
                 tune_config=tune.TuneConfig(
                     metric="target",
                     mode="min",

@@ -43,6 +43,8 @@ from lakehouse.config_keys import refuse_unknown_keys
 from lakehouse.errors import ConfigError
 
 MIXTURE_PREFIX = "mixture."
+# ``component.<name> = "ns.table@ref"``: the component read from another table or snapshot (ablations).
+COMPONENT_PREFIX = "component."
 # A key whose value is a whole weight vector ({component: weight}); `factory mix search` uses it.
 MIXTURE_KEY = "mixture"
 _DISTRIBUTIONS = {"uniform", "loguniform", "choice", "randint"}

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.sweep_spec import MIXTURE_KEY, MIXTURE_PREFIX, toml_literal
+from experiments.sweep_spec import COMPONENT_PREFIX, MIXTURE_KEY, MIXTURE_PREFIX, toml_literal
 from trainer.launch import command
 
 MAX_CURVE_POINTS = 200
@@ -62,12 +62,20 @@ def mixture_weights(params: Mapping[str, Any]) -> dict[str, float]:
     return weights
 
 
+def component_tables(params: Mapping[str, Any]) -> dict[str, str]:
+    """Components a trial reads from another table or snapshot (``component.<name> = "ns.table@ref"``)."""
+    return {k.removeprefix(COMPONENT_PREFIX): str(v) for k, v in params.items() if k.startswith(COMPONENT_PREFIX)}
+
+
+def is_config_key(key: str) -> bool:
+    """A training config key (``section.key``) rather than data (mixture, component) or a label (variant)."""
+    return "." in key and not key.startswith((MIXTURE_PREFIX, COMPONENT_PREFIX))
+
+
 def trial_overrides(setup: TrialSetup, params: Mapping[str, Any], run_dir: Path) -> list[str]:
     """The ``--set`` overrides of one trial: the sweep's fixed ones, the run directory, its parameters."""
     overrides = [*setup.overrides, f"run.dir={toml_literal(str(run_dir))}"]
-    for key, value in params.items():
-        if key != MIXTURE_KEY and not key.startswith(MIXTURE_PREFIX):
-            overrides.append(f"{key}={toml_literal(value)}")
+    overrides += [f"{key}={toml_literal(value)}" for key, value in params.items() if is_config_key(key)]
     return overrides
 
 
@@ -80,9 +88,9 @@ def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
     run_dir = run_dir_of(setup, trial_id)
     run_dir.mkdir(parents=True, exist_ok=True)
     overrides = trial_overrides(setup, params, run_dir)
-    weights = mixture_weights(params)
-    if weights:
-        manifest = pin_trial_manifest(setup, weights, run_dir, trial_id)
+    weights, tables = mixture_weights(params), component_tables(params)
+    if weights or tables:
+        manifest = pin_trial_manifest(setup, weights, tables, run_dir, trial_id)
         overrides += [f"data.manifest={toml_literal(manifest)}", f"eval.manifest={toml_literal(setup.base_manifest)}"]
     resume = (run_dir / "checkpoints").is_dir()  # a trial restarted after an interruption continues
     argv = command(setup.config, setup.nproc, overrides, resume=resume)
@@ -114,8 +122,11 @@ def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
     tune.report({**summary, "wall_seconds": time.time() - started, "done_training": True})
 
 
-def pin_trial_manifest(setup: TrialSetup, weights: Mapping[str, float], run_dir: Path, trial_id: str) -> str:
-    """This trial's manifest: the base manifest's snapshots pinned again with its weights."""
+def pin_trial_manifest(
+    setup: TrialSetup, weights: Mapping[str, float], tables: Mapping[str, str], run_dir: Path, trial_id: str
+) -> str:
+    """This trial's manifest: the base manifest's snapshots (or the tables it names instead) pinned
+    again with its weights."""
     from experiments.reweight import pin_reweighted
     from lakehouse.catalog import load_catalog
     from mixtures.manifest import Manifest
@@ -123,7 +134,7 @@ def pin_trial_manifest(setup: TrialSetup, weights: Mapping[str, float], run_dir:
     if setup.factory_home:
         os.environ["FACTORY_HOME"] = setup.factory_home
     base = Manifest.load(setup.base_manifest)
-    manifest = pin_reweighted(load_catalog(setup.catalog_name), base, weights, f"{base.name}.{trial_id}")
+    manifest = pin_reweighted(load_catalog(setup.catalog_name), base, weights, f"{base.name}.{trial_id}", tables)
     path = run_dir / "manifest.json"
     manifest.save(path)
     return str(path)
