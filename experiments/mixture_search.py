@@ -55,15 +55,15 @@ class SearchSpec:
     candidates: int = 20000
     top: int = 100
     folds: int = 0  # cross-validation folds; 0 = leave one out
-    min_weight: float = 0.0  # floor on every sampled weight (then renormalised)
+    min_weight: float = 0.0  # floor on every sampled weight (so no component is left out entirely)
 
     def __post_init__(self) -> None:
         if not isinstance(self.trials, int) or self.trials < 6:
             raise ConfigError("trials must be an integer >= 6: a regression over the weights needs a few points")
         if self.concentration <= 0 or self.candidates < self.top or self.top < 1:
             raise ConfigError("concentration must be > 0 and 1 <= top <= candidates")
-        if not 0 <= self.min_weight < 1:
-            raise ConfigError("min_weight must be in [0, 1)")
+        if not 0 <= self.min_weight < 0.5:
+            raise ConfigError("min_weight must be in [0, 0.5)")
 
     @property
     def search_id(self) -> str:
@@ -94,9 +94,8 @@ def sample_mixtures(
     prior = np.array(list(shares.values()), dtype=float)
     alpha = concentration * len(prior) * prior / prior.sum()
     weights = rng.dirichlet(np.maximum(alpha, 1e-3), size=n)
-    if min_weight:
-        weights = np.maximum(weights, min_weight)
-        weights /= weights.sum(axis=1, keepdims=True)
+    if min_weight:  # every component keeps at least min_weight; the rest is shared as drawn
+        weights = min_weight + (1 - len(prior) * min_weight) * weights
     return weights
 
 
@@ -348,22 +347,32 @@ def format_search(result: SearchResult) -> str:
 def verify_optimum(
     spec: SearchSpec,
     result: SearchResult,
+    manifest: str | Path,
     *,
     address: str | None = None,
     num_cpus: int | None = None,
     catalog_name: str | None = None,
 ) -> dict[str, Any] | None:
-    """Train the chosen mixture fresh, as one more trial (its own sweep id, ``<search>-optimum``),
-    evaluated on the same held-out batches as the proxies; its row, or None if it failed."""
+    """Train on the winning ``manifest`` fresh, as one more trial (sweep id ``<search>-optimum``),
+    evaluated on the same held-out batches as the proxies; its row, or None if it failed. Its
+    checkpoints' lineage names the search (the manifest's provenance)."""
     from ray import tune
 
     from experiments.sweep import Schedule, prepare_setup, run_trials
+    from experiments.sweep_spec import toml_literal
+    from trainer.config import load_config
 
+    base = str(Path(load_config(spec.config, list(spec.set)).data.manifest).resolve())
+    overrides = [
+        *spec.set,
+        f"data.manifest={toml_literal(str(Path(manifest).resolve()))}",
+        f"eval.manifest={toml_literal(base)}",
+    ]
     setup = prepare_setup(
-        f"{spec.search_id}-optimum", "mix-search", spec.config, spec.set, nproc=spec.nproc, cpus=spec.cpus,
+        f"{spec.search_id}-optimum", "mix-search", spec.config, overrides, nproc=spec.nproc, cpus=spec.cpus,
         target=spec.target, catalog_name=catalog_name,
     )  # fmt: skip
-    space = {"params": {MIXTURE_KEY: tune.grid_search([result.fit.optimum])}}
+    space = {"params": {"variant": tune.grid_search(["optimum"])}}
     outcome = run_trials(setup, space, Schedule(cpus=spec.cpus, gpus=spec.gpus), address=address, num_cpus=num_cpus)
     return next((r for r in outcome.rows if r.get("metric") is not None), None)
 

@@ -232,8 +232,7 @@ class TrialRecorder(Callback):
         self._record(trial.trial_id, trial.config.get("params", {}), trial.last_result or {}, None)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        error = trial.get_error()
-        self._record(trial.trial_id, trial.config.get("params", {}), trial.last_result or {}, str(error or "failed"))
+        self._record(trial.trial_id, trial.config.get("params", {}), trial.last_result or {}, _error_text(trial))
 
     def record_results(self, results: Any) -> None:
         """After ``fit``: a finished trial the callback missed (it failed to commit) is recorded now."""
@@ -257,6 +256,18 @@ class TrialRecorder(Callback):
         if committed is not None or not quiet:
             metric = "-" if row["metric"] is None else f"{row['metric']:.4f}"
             print(f"trial {trial_id} {row['status']}: metric {metric}  {_short(params)}", file=sys.stderr, flush=True)
+
+
+def _error_text(trial: Any) -> str:
+    """Why a trial failed, from the error file Tune has just written beside it: our own
+    ``TrialFailed`` line (the run's last log lines) when there is one, else its last lines."""
+    try:
+        text = Path(trial.error_file).read_text(errors="replace") if trial.error_file else ""
+    except OSError:
+        text = ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    ours = [line.split("TrialFailed: ", 1)[1] for line in lines if "TrialFailed: " in line]
+    return ours[-1] if ours else (" | ".join(lines[-3:]) or "failed (no error recorded)")
 
 
 def trial_row(

@@ -95,7 +95,10 @@ def search(args: argparse.Namespace) -> int:
         print(format_manifest(manifest))
         print(f"wrote {spec_path} and {args.output}")
         if args.verify:
-            print(format_verification(result, verify_optimum(spec, result, **options)))
+            row = verify_optimum(spec, result, args.output, **options)
+            print(format_verification(result, row))
+            if row is not None:
+                print(f"trained on it: {row['run_dir']} (factory lineage {row['run_dir']})")
     return 0 if not result.outcome.unfinished else 130
 
 
