@@ -183,6 +183,9 @@ def run_trials(
                     num_samples=schedule.samples,
                     search_alg=BasicVariantGenerator(random_state=schedule.seed),
                     scheduler=scheduler,
+                    # A trial's worker is kept for the next one: a new one would start a Python
+                    # process and import Ray Tune again for every trial (seconds each).
+                    reuse_actors=True,
                 ),
                 run_config=tune.RunConfig(
                     name=TUNE_DIR,
