@@ -88,3 +88,35 @@ def test_dirichlet_samples_centre_on_the_token_shares():
     assert np.allclose(samples.sum(axis=1), 1.0)
     assert samples.min() >= 0.01 - 1e-12
     assert samples.mean(axis=0) == pytest.approx([0.6, 0.3, 0.1], abs=0.02)
+
+
+def curve_trial(config: dict, setup) -> None:
+    """Four evaluations whose loss falls from the trial's own level: the worst levels stay worst."""
+    from ray import tune
+
+    level = config["params"]["level"]
+    for step in range(1, 5):
+        loss = level + 1.0 / step
+        tune.report({"target": loss, "final_loss": {"a": loss}, "step": step, "done_training": step == 4})
+
+
+@pytest.mark.engine
+@pytest.mark.slow
+def test_asha_stops_the_worst_trials_early_and_they_are_recorded_as_stopped(catalog, factory_home):
+    from ray import tune
+
+    from experiments.sweep import Schedule, run_trials, sweep_dir_of
+    from experiments.sweep_spec import Asha
+    from experiments.trial import TrialSetup
+
+    setup = TrialSetup("asha", "sweep", str(sweep_dir_of("asha")), "/", "-", (), 1, 1, "-")
+    space = {"params": {"level": tune.grid_search([1.0, 2.0, 3.0, 4.0])}}
+    # One trial at a time, so each reaches a rung after the better ones have set its bar.
+    schedule = Schedule(cpus=2, asha=Asha(grace_period=1, reduction_factor=2))
+    outcome = run_trials(setup, space, schedule, num_cpus=2, trainable=curve_trial)
+
+    status = {r["params"]["level"]: r["status"] for r in outcome.rows}
+    assert status[1.0] == "completed"
+    assert "stopped" in status.values()
+    stopped = [r for r in outcome.rows if r["status"] == "stopped"]
+    assert all(r["metric"] is not None and r["params"]["level"] > 1.0 for r in stopped)
