@@ -12,7 +12,7 @@ TORCH := torch==2.13.0
 CLASSES := $(VENV)/share/factory/spark-classes.jsa
 PIP := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: help install demo test test-fast lint format lock java clean
+.PHONY: help install demo experiments-demo test test-fast lint format lock java clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ java: ## check that Java 17+ is present (Spark needs it)
 
 demo: install java $(CLASSES) ## run the whole chain on the embedded default (.factory/)
 	$(BIN)/factory demo
+
+experiments-demo: install java $(CLASSES) ## mixture search on real data: 3 components, 16 proxies on Ray Tune
+	$(BIN)/python -m experiments.demo
 
 test: install java $(CLASSES) ## run the test suite on real Spark, Iceberg catalogs, Ray and torchrun
 	$(BIN)/python -m pytest

@@ -1,4 +1,4 @@
-"""``factory mix pin SPEC --output MANIFEST``: resolve a mixture spec to snapshot ids and files."""
+"""``factory mix pin SPEC --output MANIFEST``: resolve a mixture spec to snapshot ids and files; ``factory mix search``."""
 
 from __future__ import annotations
 
@@ -21,9 +21,27 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "mix") -> None:
     # Also accepted after the subcommand; SUPPRESS keeps a value given before it.
     pin.add_argument("--catalog", metavar="NAME", default=argparse.SUPPRESS, help="pyiceberg catalog to use")
     pin.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only print errors")
+    search = sub.add_parser(
+        "search",
+        help="decide a mixture by proxy runs (RegMix style) and pin it",
+        description="Sample K mixtures from a Dirichlet centred on the components' token shares, train a small "
+        "proxy on each as a Ray Tune trial, fit linear, quadratic and LightGBM regressions from the weights to the "
+        "target loss (chosen by cross-validated Spearman), average the best of many candidates, and write the "
+        "winning spec and a manifest whose lineage records the search.",
+    )
+    search.add_argument("spec", metavar="SPEC", help="search spec (TOML)")
+    search.add_argument("--output", "-o", required=True, metavar="MANIFEST", help="the winning manifest (JSON)")
+    search.add_argument("--verify", action="store_true", help="train the chosen mixture fresh and compare it")
+    search.add_argument("--resume", action="store_true", help="continue an interrupted search")
+    search.add_argument("--address", metavar="ADDR", help="a Ray cluster to run on (default: Ray on this machine)")
+    search.add_argument("--num-cpus", type=int, metavar="N", help="CPUs for a local Ray (default: all)")
+    search.add_argument("--catalog", metavar="NAME", default=argparse.SUPPRESS, help="pyiceberg catalog to use")
+    search.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only print errors")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.mix_command == "search":
+        return search(args)
     from lakehouse.catalog import load_catalog
     from mixtures.pin import pin
     from mixtures.spec import load_spec
@@ -52,3 +70,39 @@ def format_manifest(manifest: Manifest) -> str:
         )
     header = f"mixture {manifest.name} (seed {manifest.seed}, {manifest.fingerprint})"
     return header + "\n" + format_columns(rows)
+
+
+def search(args: argparse.Namespace) -> int:
+    from experiments.mixture_search import (
+        format_search,
+        format_verification,
+        load_search_spec,
+        run_search,
+        verify_optimum,
+        write_winner,
+    )
+    from experiments.report import format_ranking
+    from experiments.sweep import ray_session
+    from lakehouse.catalog import load_catalog
+
+    spec = load_search_spec(args.spec)
+    options = {"address": args.address, "num_cpus": args.num_cpus, "catalog_name": args.catalog}
+    with ray_session(args.address, args.num_cpus):  # one Ray for the search and the check
+        result = run_search(spec, resume=args.resume, **options)
+        print(format_ranking(result.rows))
+        print(format_search(result))
+        manifest, spec_path = write_winner(load_catalog(args.catalog), result, spec, _base_manifest(spec), args.output)
+        print(format_manifest(manifest))
+        print(f"wrote {spec_path} and {args.output}")
+        if args.verify:
+            row = verify_optimum(spec, result, args.output, **options)
+            print(format_verification(result, row))
+            if row is not None:
+                print(f"trained on it: {row['run_dir']} (factory lineage {row['run_dir']})")
+    return 0 if not result.outcome.unfinished else 130
+
+
+def _base_manifest(spec) -> str:
+    from trainer.config import load_config
+
+    return load_config(spec.config, list(spec.set)).data.manifest

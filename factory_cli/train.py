@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
-import sys
 
 from lakehouse.errors import ConfigError
 from trainer.config import load_config
+from trainer.launch import command
 
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "train") -> None:
@@ -30,21 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "train") -> None
 
 
 def torchrun_command(args: argparse.Namespace) -> list[str]:
-    # torchrun (trainer.launch: torchrun, ending as its ranks did); --standalone: one machine, a
-    # private rendezvous on a free port (so runs never collide). Several machines: each runs this
-    # command and joins the c10d rendezvous at --rdzv-endpoint, which also ranks the nodes.
-    command = [sys.executable, "-m", "trainer.launch", "--nproc-per-node", str(args.nproc)]
-    if args.nnodes == 1:
-        command.append("--standalone")
-    else:
-        command += ["--nnodes", str(args.nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", args.rdzv_endpoint]
-        command += ["--rdzv-id", args.rdzv_id]
-    command += ["-m", "trainer.train", "--config", args.config]
-    for override in args.set:
-        command += ["--set", override]
-    if args.resume:
-        command.append("--resume")
-    return command
+    nodes = None if args.nnodes == 1 else (args.nnodes, args.rdzv_endpoint, args.rdzv_id)
+    return command(args.config, args.nproc, args.set, args.resume, nodes)
 
 
 def run(args: argparse.Namespace) -> int:

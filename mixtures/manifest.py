@@ -121,6 +121,10 @@ class Manifest:
     pinned_at: str = ""
     code_version: str = ""
     format: str = FORMAT
+    provenance: dict[str, Any] = field(default_factory=dict)
+    """How the weights were chosen, when a program chose them (``factory mix search``: its sweep id,
+    trials and fit quality), carried into every checkpoint's lineage. Absent when empty, so
+    manifests pinned from a spec by hand keep their fingerprint."""
 
     def __post_init__(self) -> None:
         _require(isinstance(self.name, str) and bool(self.name), f"name must be a non-empty string, got {self.name!r}")
@@ -146,6 +150,10 @@ class Manifest:
             isinstance(self.pinned_at, str) and isinstance(self.code_version, str),
             "pinned_at and code_version must be strings",
         )
+        _require(
+            isinstance(self.provenance, dict) and all(isinstance(k, str) for k in self.provenance),
+            f"provenance must be an object, got {self.provenance!r}",
+        )
 
     @property
     def fingerprint(self) -> str:
@@ -160,6 +168,8 @@ class Manifest:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        if not data["provenance"]:
+            del data["provenance"]
         data["fingerprint"] = None  # placeholder keeps the key order stable; filled by to_json
         return data
 

@@ -17,7 +17,7 @@ FLOORS = [
     ["quality", "mixtures"],
     ["pipelines", "streaming_loader"],
     ["trainer"],
-    ["evals", "ui"],
+    ["evals", "experiments", "ui"],
     ["factory_cli"],
     ["orchestration"],
 ]

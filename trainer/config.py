@@ -5,7 +5,7 @@
     [model]      preset or dimensions
     [train]      steps, micro_batch_size, grad_clip, compile, dtype
     [optim]      lr, betas, weight_decay, warmup_steps, min_lr_ratio
-    [eval]       every, batches
+    [eval]       every, batches, manifest
     [checkpoint] every, keep
 
 ``--set section.key=value`` overrides a field (the value parsed as TOML, else taken as text).
@@ -128,6 +128,8 @@ class OptimConfig:
 class EvalConfig:
     every: int = 0  # evaluate held-out loss every N steps (and at the last step); 0 = never
     batches: int = 2  # global batches of held-out data per component per evaluation
+    manifest: str = ""  # manifest whose held-out split is evaluated; "" = data.manifest. Runs on other
+    # mixtures of the same snapshots (sweeps) name one here so all evaluate the same held-out batches.
 
     def __post_init__(self) -> None:
         _check(self.every >= 0 and self.batches > 0, "eval.every must be >= 0 and eval.batches > 0")

@@ -19,11 +19,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("factory.trainer")
 
 
-def _loader(cfg: Config, world: World, split: str, **options: Any):
+def _loader(cfg: Config, world: World, split: str, manifest: str = "", **options: Any):
     from streaming_loader import StreamingLoader
 
     return StreamingLoader.from_manifest(
-        cfg.data.manifest,
+        manifest or cfg.data.manifest,
         tokenizer=cfg.data.tokenizer,
         seq_len=cfg.data.seq_len,
         global_batch_size=cfg.data.global_batch_size,
@@ -48,9 +48,10 @@ def build_eval_loader(cfg: Config, world: World):
     One logical shard per rank: a held-out split is small, and the training stream's many shards
     (each needing documents of every component) would split it too thin. Evaluations never
     resume, so they need no more shards than ranks; the batches are then the same at every
-    evaluation of a run on this many ranks.
+    evaluation of a run on this many ranks. ``eval.manifest``, when set, is read instead of the
+    training manifest: runs on other mixtures of the same snapshots then evaluate the same batches.
     """
-    return _loader(cfg, world, "heldout", num_shards=world.size)
+    return _loader(cfg, world, "heldout", cfg.eval.manifest, num_shards=world.size)
 
 
 def merge_loader_states(states: list[dict], world: World) -> dict | list[dict]:
@@ -86,6 +87,7 @@ def lineage_base(cfg: Config, loader: StreamingLoader) -> dict[str, Any]:
             # Redacted again: a manifest pinned by an older version may hold a password.
             "catalog": {key: redact(value) for key, value in manifest.catalog.items()},
             "pinned_at": manifest.pinned_at,
+            **({"provenance": manifest.provenance} if manifest.provenance else {}),
         },
         "tokenizer": {"path": str(Path(cfg.data.tokenizer).resolve()), "sha256": loader.tokenizer.sha256},
         "config": cfg.to_dict(),

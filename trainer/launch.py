@@ -9,12 +9,39 @@ reported an error of ours (1 otherwise), so ``factory train`` ends as every othe
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-from torch.distributed.run import main as torchrun
+
+def command(
+    config: str,
+    nproc: int,
+    overrides: Sequence[str] = (),
+    resume: bool = False,
+    nodes: tuple[int, str, str] | None = None,
+) -> list[str]:
+    """The command that trains ``config`` on ``nproc`` ranks per machine: what ``factory train`` runs,
+    and each trial of ``factory sweep``. One machine: ``--standalone``, a private rendezvous on a free
+    port, so runs never collide. Several (``nodes`` = count, rendezvous endpoint, rendezvous id):
+    each machine runs this command and joins the c10d rendezvous, which also ranks the nodes."""
+    argv = [sys.executable, "-m", "trainer.launch", "--nproc-per-node", str(nproc)]
+    if nodes is None:
+        argv.append("--standalone")
+    else:
+        count, endpoint, rdzv_id = nodes
+        argv += ["--nnodes", str(count), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id]
+    argv += ["-m", "trainer.train", "--config", str(config)]
+    for override in overrides:
+        argv += ["--set", override]
+    if resume:
+        argv.append("--resume")
+    return argv
 
 
 def main() -> int:
+    # Imported here: ``command`` is used by processes that never start torch (a sweep's trials).
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun
+
     try:
         torchrun()
     except ChildFailedError as failed:

@@ -71,8 +71,11 @@ def format_lineage(lineage: dict[str, Any]) -> str:
         "loader position: next global batch {next_global_batch}, {sequences} sequences, {tokens} tokens".format(
             **lineage["loader_position"]
         ),
-        "data:",
     ]
+    provenance = lineage["manifest"].get("provenance")
+    if provenance:
+        lines.append(f"weights from {_format_provenance(provenance)}")
+    lines.append("data:")
     for component in lineage.get("components", []):
         lines.append(
             f"  {component['name']}  weight {component['weight']}  {component['table']}@{component['snapshot_id']}"
@@ -82,6 +85,19 @@ def format_lineage(lineage: dict[str, Any]) -> str:
     if lineage.get("lineage_error"):
         lines.append(f"  (pipeline runs unavailable: {lineage['lineage_error']})")
     return "\n".join(lines)
+
+
+def _format_provenance(provenance: dict[str, Any]) -> str:
+    """One line on how a manifest's weights were chosen (``factory mix search`` records it)."""
+    fit = provenance.get("fit", {})
+    parts = [f"{provenance.get('method', 'a program')} {provenance.get('sweep_id', '')}".strip()]
+    if provenance.get("trials"):
+        parts.append(f"{len(provenance['trials'])} proxy trials")
+    if fit:
+        parts.append(f"fit {fit.get('model')} (cross-validated Spearman {fit.get('cv_spearman', float('nan')):.3f})")
+    if provenance.get("target"):
+        parts.append("target " + ", ".join(f"{k} {v:g}" for k, v in provenance["target"].items()))
+    return "; ".join(parts)
 
 
 def _format_run(run: dict[str, Any], indent: str, lines: list[str]) -> None:

@@ -1,0 +1,1 @@
+"""Experiments on the factory: sweeps, ablations and mixture search, trials scheduled by Ray Tune."""

@@ -1,0 +1,214 @@
+"""Ablations: a base run and named variants that each change one thing, all over N seeds.
+
+A spec is a TOML file::
+
+    name = "text-filter"
+    config = "configs/demo-train.toml"   # the base run
+    seeds = 3                            # every variant and the base run with run.seed 0..N-1
+    set = ["train.steps=40"]
+    target = { text = 1.0 }              # the metric (default: every component alike)
+    [resources]
+    cpus = 1
+    [variants.low-lr]
+    "optim.lr" = 3e-5                    # any training config key
+    [variants.stricter-text]
+    "component.text" = "filtered.text@strict"   # a component read from another table or snapshot
+    [variants.wider]
+    "model.dim" = 128
+
+A filter config is ablated through its output: run ``factory filter`` with it into a new table
+(or tag), then name that table in a ``component.<name>`` variant.
+
+The report gives each variant's difference from the base, paired by seed, as mean ± standard
+deviation, and whether it exceeds seed noise by Welch's t-test (two-sided, ``alpha``): the
+base's and the variant's metrics over seeds are two samples whose variances need not be equal
+(a change can make training more or less stable), and with a handful of seeds a t-test's
+heavier tails are what keep two or three lucky seeds from reading as an effect.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from experiments.sweep_spec import spec_hash
+from lakehouse.config_keys import refuse_unknown_keys
+from lakehouse.errors import ConfigError
+
+BASE = "base"
+SEED_KEY = "run.seed"
+_SPEC_KEYS = {"name", "config", "seeds", "set", "target", "nproc", "resources", "variants", "alpha"}
+
+
+@dataclass(frozen=True)
+class AblationSpec:
+    name: str
+    config: str
+    variants: Mapping[str, Mapping[str, Any]]
+    seeds: int = 3
+    set: tuple[str, ...] = ()
+    target: Mapping[str, float] = field(default_factory=dict)
+    nproc: int = 1
+    cpus: float = 1.0
+    gpus: float = 0.0
+    alpha: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.seeds, int) or self.seeds < 2:
+            raise ConfigError("seeds must be an integer >= 2: seed noise needs at least two seeds")
+        if not self.variants:
+            raise ConfigError("an ablation needs at least one [variants.NAME] table")
+        if BASE in self.variants:
+            raise ConfigError(f"{BASE!r} is the base run; give the variant another name")
+        for name, changes in self.variants.items():
+            if not isinstance(changes, Mapping) or not changes:
+                raise ConfigError(f"variant {name!r}: give the key(s) it changes")
+            if SEED_KEY in changes:
+                raise ConfigError(f"variant {name!r}: {SEED_KEY} is set by `seeds`")
+            for key in changes:
+                if "." not in key:
+                    raise ConfigError(f"variant {name!r}: {key!r} is not section.key or component.<name>")
+        if not 0 < self.alpha < 1:
+            raise ConfigError("alpha must be in (0, 1)")
+
+    @property
+    def ablation_id(self) -> str:
+        return f"{self.name}-{spec_hash(self.__dict__)[:10]}"
+
+    def trials(self) -> list[dict[str, Any]]:
+        """Every (variant, seed) as one trial's parameters, the base first."""
+        runs = [(BASE, {}), *self.variants.items()]
+        return [{"variant": name, SEED_KEY: seed, **changes} for name, changes in runs for seed in range(self.seeds)]
+
+
+def load_ablation_spec(path: str | Path) -> AblationSpec:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read ablation spec {path}: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    refuse_unknown_keys(data, _SPEC_KEYS, f"{path}")
+    if "name" not in data or "config" not in data:
+        raise ConfigError(f"{path}: an ablation spec needs `name` and `config` (the base training config)")
+    resources = data.get("resources", {})
+    refuse_unknown_keys(resources, {"cpus", "gpus"}, "[resources]")
+    return AblationSpec(
+        name=str(data["name"]),
+        config=str(data["config"]),
+        variants=dict(data.get("variants", {})),
+        seeds=data.get("seeds", 3),
+        set=tuple(data.get("set", [])),
+        target=dict(data.get("target", {})),
+        nproc=data.get("nproc", 1),
+        cpus=float(resources.get("cpus", 1.0)),
+        gpus=float(resources.get("gpus", 0.0)),
+        alpha=float(data.get("alpha", 0.05)),
+    )
+
+
+@dataclass(frozen=True)
+class VariantReport:
+    variant: str
+    metrics: tuple[float, ...]  # by seed
+    differences: tuple[float, ...]  # variant - base, paired by seed
+    p_value: float | None
+    exceeds_noise: bool
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.metrics)
+
+    @property
+    def std(self) -> float:
+        return statistics.stdev(self.metrics) if len(self.metrics) > 1 else 0.0
+
+    @property
+    def difference(self) -> float:
+        return statistics.fmean(self.differences) if self.differences else math.nan
+
+    @property
+    def difference_std(self) -> float:
+        return statistics.stdev(self.differences) if len(self.differences) > 1 else 0.0
+
+
+def noise_test(base: Sequence[float], variant: Sequence[float], alpha: float) -> tuple[float | None, bool]:
+    """Welch's two-sided t-test: (p, whether the variant's mean differs beyond seed noise).
+
+    Two samples with no spread at all (the same seeds give the same run, bit for bit) differ
+    exactly when their values do; the t statistic is undefined there."""
+    from scipy.stats import ttest_ind
+
+    if len(base) < 2 or len(variant) < 2:
+        return None, False
+    if statistics.pstdev(base) == 0 and statistics.pstdev(variant) == 0:
+        same = statistics.fmean(base) == statistics.fmean(variant)
+        return (1.0 if same else 0.0), not same
+    p = float(ttest_ind(variant, base, equal_var=False).pvalue)
+    return p, p < alpha
+
+
+def analyse(rows: Sequence[Mapping[str, Any]], alpha: float) -> list[VariantReport]:
+    """Each variant (the base first) against the base, from the ablation's trial rows."""
+    by_variant: dict[str, dict[int, float]] = {}
+    for row in rows:
+        params = row.get("params") or {}
+        if row.get("metric") is not None:
+            by_variant.setdefault(params["variant"], {})[int(params[SEED_KEY])] = row["metric"]
+    base = by_variant.get(BASE, {})
+    reports = []
+    for name in [BASE, *sorted(set(by_variant) - {BASE})]:
+        seeds = by_variant.get(name, {})
+        metrics = tuple(seeds[s] for s in sorted(seeds))
+        differences = tuple(seeds[s] - base[s] for s in sorted(seeds) if s in base)
+        p, exceeds = (None, False) if name == BASE else noise_test(list(base.values()), list(metrics), alpha)
+        reports.append(VariantReport(name, metrics, differences, p, exceeds))
+    return reports
+
+
+def format_ablation(reports: Sequence[VariantReport], alpha: float) -> str:
+    lines = [
+        f"{'VARIANT':<20} {'SEEDS':>5}  {'METRIC mean ± std':<20} {'DIFF vs base mean ± std':<26} {'p (Welch)':>9}  "
+        "BEYOND SEED NOISE"
+    ]
+    for r in reports:
+        metric = f"{r.mean:.4f} ± {r.std:.4f}" if r.metrics else "-"
+        if r.variant == BASE:
+            diff, p, verdict = "-", "-", "(base)"
+        else:
+            diff = f"{r.difference:+.4f} ± {r.difference_std:.4f}" if r.differences else "-"
+            p = "-" if r.p_value is None else f"{r.p_value:.3g}"
+            verdict = "yes" if r.exceeds_noise else "no"
+        lines.append(f"{r.variant:<20} {len(r.metrics):>5}  {metric:<20} {diff:<26} {p:>9}  {verdict}")
+    lines.append(f"(Welch's two-sided t-test of the variant's seeds against the base's, alpha {alpha:g})")
+    return "\n".join(lines)
+
+
+def run_ablation(
+    spec: AblationSpec,
+    *,
+    resume: bool = False,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    catalog_name: str | None = None,
+):
+    """Every variant and the base over the seeds as trials on Ray Tune; their rows and the report."""
+    from ray import tune
+
+    from experiments.sweep import Schedule, prepare_setup, run_trials
+
+    setup = prepare_setup(
+        spec.ablation_id, "ablate", spec.config, spec.set, nproc=spec.nproc, cpus=spec.cpus, target=spec.target,
+        catalog_name=catalog_name,
+    )  # fmt: skip
+    space = {"params": tune.grid_search(spec.trials())}
+    outcome = run_trials(
+        setup, space, Schedule(cpus=spec.cpus, gpus=spec.gpus), resume=resume, address=address, num_cpus=num_cpus
+    )
+    return outcome, analyse(outcome.rows, spec.alpha)

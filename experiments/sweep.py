@@ -1,0 +1,312 @@
+"""Running trials on Ray Tune and recording each one in ``experiments.trials``.
+
+Ray Tune is the scheduler: it expands the search space (grid, or random with a seed), runs as
+many trials at once as the CPUs and GPUs each asks for allow (locally or on a cluster given its
+address), stops poor ones early when ASHA is on, keeps an errored trial from stopping the
+others, and saves its state so an interrupted sweep resumes (``Tuner.restore``) without
+re-running finished trials. A driver-side callback commits each trial's row as the trial ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
+
+from experiments.sweep_spec import MIXTURE_KEY, SweepSpec
+from experiments.trial import TrialSetup, run_dir_of, run_trial
+from experiments.trials_table import commit_trial, read_trials
+from lakehouse.catalog import factory_home
+from lakehouse.errors import ConfigError, InputError
+from trainer.config import load_config
+
+log = logging.getLogger("factory.experiments")
+
+TUNE_DIR = "tune"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How Tune runs the trials: what each asks for, how many, in what order, stopped how."""
+
+    cpus: float = 1.0
+    gpus: float = 0.0
+    samples: int = 1
+    seed: int = 0
+    asha: Any = None  # sweep_spec.Asha or None
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    sweep_id: str
+    sweep_dir: Path
+    rows: list[dict[str, Any]]
+    trials: int  # trials Tune knows of; those without a row were interrupted
+
+    @property
+    def unfinished(self) -> int:
+        return self.trials - len(self.rows)
+
+
+def sweep_dir_of(sweep_id: str) -> Path:
+    return factory_home() / "sweeps" / sweep_id
+
+
+def prepare_setup(
+    sweep_id: str,
+    kind: str,
+    config: str,
+    overrides: tuple[str, ...] | list[str],
+    *,
+    nproc: int = 1,
+    cpus: float = 1.0,
+    target: Mapping[str, float] | None = None,
+    catalog_name: str | None = None,
+) -> TrialSetup:
+    """Check the base config here, before Ray starts, and fix what every trial shares."""
+    overrides = list(overrides)
+    cfg = load_config(config, overrides)  # a bad base config fails now, not in every trial
+    cfg.check_world(nproc)
+    if not cfg.eval.every:  # a trial's metric is a held-out loss: evaluate at least at the last step
+        overrides.append("eval.every=1000000000")
+    return TrialSetup(
+        sweep_id=sweep_id,
+        kind=kind,
+        sweep_dir=str(sweep_dir_of(sweep_id)),
+        cwd=os.getcwd(),
+        config=str(Path(config).resolve()),
+        overrides=tuple(overrides),
+        nproc=nproc,
+        threads=max(1, int(cpus // nproc)),
+        base_manifest=str(Path(cfg.data.manifest).resolve()),
+        target=dict(target or {}),
+        factory_home=str(factory_home()),
+        catalog_name=catalog_name,
+    )
+
+
+def tune_space(space: Mapping[str, Any], method: str) -> dict[str, Any]:
+    """A sweep spec's space in Tune's terms: lists are grid axes (random: a choice)."""
+    from ray import tune
+
+    made = {}
+    for key, value in space.items():
+        if isinstance(value, list):
+            made[key] = tune.grid_search(value) if method == "grid" or key == MIXTURE_KEY else tune.choice(value)
+            continue
+        kind, args = next(iter(value.items()))
+        made[key] = {
+            "uniform": lambda a: tune.uniform(*a),
+            "loguniform": lambda a: tune.loguniform(*a),
+            "randint": lambda a: tune.randint(int(a[0]), int(a[1])),
+            "choice": tune.choice,
+        }[kind](args)
+    return made
+
+
+def run_sweep(
+    spec: SweepSpec,
+    *,
+    resume: bool = False,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    catalog_name: str | None = None,
+    sweep_id: str | None = None,
+) -> SweepOutcome:
+    """``factory sweep SPEC``: every trial of the spec's space, as training runs, on Ray Tune."""
+    sweep_id = sweep_id or spec.sweep_id
+    setup = prepare_setup(
+        sweep_id, "sweep", spec.config, spec.set, nproc=spec.nproc, cpus=spec.cpus, target=spec.target,
+        catalog_name=catalog_name,
+    )  # fmt: skip
+    schedule = Schedule(cpus=spec.cpus, gpus=spec.gpus, samples=spec.samples, seed=spec.seed, asha=spec.asha)
+    space = {"params": tune_space(spec.space, spec.method)}
+    return run_trials(setup, space, schedule, resume=resume, address=address, num_cpus=num_cpus)
+
+
+def run_trials(
+    setup: TrialSetup,
+    param_space: Mapping[str, Any],
+    schedule: Schedule,
+    *,
+    resume: bool = False,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    trainable: Callable[[dict[str, Any], TrialSetup], None] = run_trial,
+) -> SweepOutcome:
+    """Run (or resume) the trials of ``param_space`` (Tune's, each trial's parameters under
+    ``params``) on Ray Tune; one row per finished trial."""
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search import BasicVariantGenerator
+
+    sweep_dir = Path(setup.sweep_dir)
+    state = sweep_dir / TUNE_DIR
+    if resume and not state.is_dir():
+        raise InputError(f"sweep {setup.sweep_id} has no saved state at {state}: nothing to resume (drop --resume)")
+    if not resume and state.is_dir():
+        raise InputError(
+            f"sweep {setup.sweep_id} was started before ({state}): --resume continues it; to run it again "
+            f"from scratch remove {sweep_dir} or rename the sweep"
+        )
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    recorder = TrialRecorder(setup)
+    fn = tune.with_resources(tune.with_parameters(trainable, setup=setup), {"cpu": schedule.cpus, "gpu": schedule.gpus})
+    with ray_session(address, num_cpus):
+        if resume:
+            # Finished trials stay finished; unfinished ones run again (from their run's last
+            # checkpoint); errored ones stay errored, as their rows say.
+            tuner = tune.Tuner.restore(str(state), fn, resume_unfinished=True, resume_errored=False)
+        else:
+            scheduler = None
+            if schedule.asha is not None:
+                scheduler = ASHAScheduler(
+                    time_attr="training_iteration",
+                    grace_period=schedule.asha.grace_period,
+                    reduction_factor=schedule.asha.reduction_factor,
+                    max_t=10**6,
+                )
+            tuner = tune.Tuner(
+                fn,
+                param_space=dict(param_space),
+                tune_config=tune.TuneConfig(
+                    metric="target",
+                    mode="min",
+                    num_samples=schedule.samples,
+                    search_alg=BasicVariantGenerator(random_state=schedule.seed),
+                    scheduler=scheduler,
+                    # A trial's worker is kept for the next one: a new one would start a Python
+                    # process and import Ray Tune again for every trial (seconds each).
+                    reuse_actors=True,
+                ),
+                run_config=tune.RunConfig(
+                    name=TUNE_DIR,
+                    storage_path=str(sweep_dir),
+                    callbacks=[recorder],
+                    failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
+                    verbose=0,
+                ),
+            )
+        results = tuner.fit()
+        recorder.record_results(results)
+    from lakehouse.catalog import load_catalog
+
+    rows = read_trials(load_catalog(setup.catalog_name), setup.sweep_id)
+    return SweepOutcome(setup.sweep_id, sweep_dir, rows, trials=len(results))
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None, num_cpus: int | None) -> Iterator[None]:
+    """Ray for one sweep: joined at ``address``, else started here with ``num_cpus``; shut down
+    after if this call started it."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    ray.init(
+        address=address,
+        num_cpus=None if address else (num_cpus or os.cpu_count()),
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+        log_to_driver=False,
+    )
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+class TrialRecorder(Callback):
+    """A Tune callback in the driver: each trial's row is committed as soon as it ends."""
+
+    def __init__(self, setup: TrialSetup) -> None:
+        self.trial_setup = setup
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._record(trial.trial_id, trial.config.get("params", {}), trial.last_result or {}, None)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._record(trial.trial_id, trial.config.get("params", {}), trial.last_result or {}, _error_text(trial))
+
+    def record_results(self, results: Any) -> None:
+        """After ``fit``: a finished trial the callback missed (it failed to commit) is recorded now."""
+        for result in results:
+            trial_id = (result.metrics or {}).get("trial_id")
+            if trial_id and (result.error is not None or result.metrics.get("done_training")):
+                error = None if result.error is None else str(result.error)
+                self._record(trial_id, (result.config or {}).get("params", {}), result.metrics, error, quiet=True)
+
+    def _record(
+        self, trial_id: str, params: Mapping[str, Any], result: Mapping[str, Any], error: str | None, quiet=False
+    ) -> None:
+        from lakehouse.catalog import load_catalog
+
+        row = trial_row(self.trial_setup, trial_id, params, result, error)
+        try:
+            committed = commit_trial(load_catalog(self.trial_setup.catalog_name), row)
+        except Exception as exc:  # the sweep goes on; the row is retried after fit
+            log.warning("trial %s: its row could not be committed (%s)", trial_id, exc)
+            return
+        if committed is not None or not quiet:
+            metric = "-" if row["metric"] is None else f"{row['metric']:.4f}"
+            print(f"trial {trial_id} {row['status']}: metric {metric}  {_short(params)}", file=sys.stderr, flush=True)
+
+
+def _error_text(trial: Any) -> str:
+    """Why a trial failed, from the error file Tune has just written beside it: our own
+    ``TrialFailed`` line (the run's last log lines) when there is one, else its last lines."""
+    try:
+        text = Path(trial.error_file).read_text(errors="replace") if trial.error_file else ""
+    except OSError:
+        text = ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    ours = [line.split("TrialFailed: ", 1)[1] for line in lines if "TrialFailed: " in line]
+    return ours[-1] if ours else (" | ".join(lines[-3:]) or "failed (no error recorded)")
+
+
+def trial_row(
+    setup: TrialSetup, trial_id: str, params: Mapping[str, Any], result: Mapping[str, Any], error: str | None
+) -> dict[str, Any]:
+    status = "failed" if error is not None else "completed" if result.get("done_training") else "stopped"
+    return {
+        "sweep_id": setup.sweep_id,
+        "trial_id": trial_id,
+        "kind": setup.kind,
+        "params": dict(params),
+        "run_dir": str(run_dir_of(setup, trial_id)),
+        "manifest_fingerprint": result.get("manifest_fingerprint"),
+        "status": status,
+        "metric": result.get("target"),
+        "final_loss": result.get("final_loss"),
+        "best_loss": result.get("best_loss"),
+        "tokens_seen": result.get("tokens_seen"),
+        "wall_seconds": result.get("wall_seconds"),
+        "loss_curve": result.get("loss_curve"),
+        "error": None if error is None else error[-2000:],
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _short(params: Mapping[str, Any]) -> str:
+    def shown(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{k}: {shown(x)}" for k, x in v.items()) + "}"
+        return str(v)
+
+    return "  ".join(f"{k}={shown(v)}" for k, v in params.items())
+
+
+def check_address(address: str | None) -> None:
+    if address is not None and not address.strip():
+        raise ConfigError("--address is empty: give ray://host:10001, host:6379 or auto")

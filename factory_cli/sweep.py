@@ -1,0 +1,79 @@
+"""``factory sweep SPEC``: a search over training config keys on Ray Tune; ``factory sweep report SWEEP``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser, _name: str = "sweep") -> None:
+    parser.description = (
+        "Run every trial of a sweep spec (TOML: a base training config and a search space) as a training run, "
+        "scheduled by Ray Tune; each trial's outcome becomes a row of experiments.trials. "
+        "`factory sweep report SWEEP` prints the ranked trials and writes plots."
+    )
+    parser.add_argument("spec", metavar="SPEC", help="sweep spec (TOML), or `report`")
+    parser.add_argument("sweep", nargs="?", metavar="SWEEP", help="with `report`: the sweep id")
+    parser.add_argument("--resume", action="store_true", help="continue an interrupted sweep (finished trials stay)")
+    parser.add_argument("--address", metavar="ADDR", help="a Ray cluster to run on (default: Ray on this machine)")
+    parser.add_argument("--num-cpus", type=int, metavar="N", help="CPUs for a local Ray (default: all)")
+    parser.add_argument("--sweep-id", metavar="ID", help="the sweep id (default: the spec's name and hash)")
+    parser.add_argument("--plots", metavar="DIR", help="report: where the PNGs go (default: the sweep's folder)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from lakehouse.errors import ConfigError
+
+    if args.spec == "report":
+        if not args.sweep:
+            raise ConfigError("give the sweep: factory sweep report SWEEP")
+        return report(args.sweep, args.catalog, args.plots)
+    if args.sweep:
+        raise ConfigError(f"unexpected argument {args.sweep!r}: factory sweep SPEC [--resume] [--address ADDR]")
+    from experiments.sweep import run_sweep
+    from experiments.sweep_spec import load_sweep_spec
+
+    spec = load_sweep_spec(args.spec)
+    outcome = run_sweep(
+        spec,
+        resume=args.resume,
+        address=args.address,
+        num_cpus=args.num_cpus,
+        catalog_name=args.catalog,
+        sweep_id=args.sweep_id,
+    )
+    return finish(outcome)
+
+
+def finish(outcome) -> int:
+    """Print the ranked table of a sweep that ran; exit 130 if it was interrupted."""
+    from experiments.report import format_ranking
+
+    print(format_ranking(outcome.rows))
+    failed = sum(r["status"] == "failed" for r in outcome.rows)
+    print(f"sweep {outcome.sweep_id}: {len(outcome.rows)} trial(s) recorded, {failed} failed; {outcome.sweep_dir}")
+    if outcome.unfinished:
+        print(
+            f"interrupted: {outcome.unfinished} trial(s) unfinished; run the same command with --resume",
+            file=sys.stderr,
+        )
+        return 130
+    return 0
+
+
+def report(sweep_id: str, catalog_name: str | None, plots: str | None) -> int:
+    from pathlib import Path
+
+    from experiments.report import format_ranking, write_plots
+    from experiments.sweep import sweep_dir_of
+    from experiments.trials_table import read_trials
+    from lakehouse.catalog import load_catalog
+    from lakehouse.errors import InputError
+
+    rows = read_trials(load_catalog(catalog_name), sweep_id)
+    if not rows:
+        raise InputError(f"no trials of sweep {sweep_id!r} in experiments.trials; `factory show experiments.trials`")
+    print(format_ranking(rows))
+    for path in write_plots(rows, Path(plots) if plots else sweep_dir_of(sweep_id) / "report"):
+        print(f"wrote {path}")
+    return 0

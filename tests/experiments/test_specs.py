@@ -1,0 +1,177 @@
+"""The plain parts of experiments: specs, overrides, metrics, the noise test, provenance."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lakehouse.errors import ConfigError
+
+
+def test_a_sweep_spec_reads_its_space_and_refuses_what_it_cannot_run():
+    from experiments.sweep_spec import sweep_spec_from_dict
+
+    spec = sweep_spec_from_dict(
+        {
+            "name": "s",
+            "config": "c.toml",
+            "method": "random",
+            "samples": 4,
+            "space": {"optim.lr": {"loguniform": [1e-4, 1e-2]}, "data.global_batch_size": [8, 16]},
+            "resources": {"cpus": 2},
+            "asha": {"grace_period": 1, "reduction_factor": 3},
+        }
+    )
+    assert spec.cpus == 2 and spec.asha.reduction_factor == 3 and spec.samples == 4
+    assert spec.sweep_id.startswith("s-") and spec.sweep_id == sweep_spec_from_dict(spec.to_dict()).sweep_id
+    cases = [
+        ({"space": {"optim.lr": {"loguniform": [1e-4, 1e-2]}}}, "needs method"),
+        ({"method": "random", "space": {"optim.lr": {"loguniform": [0, 1]}}}, "low > 0"),
+        ({"space": {"lr": [1, 2]}}, "section.key"),
+        ({"space": {"optim.lr": []}}, "empty list"),
+        ({"method": "bayes"}, "grid or random"),
+        ({"colour": "red"}, "unknown key"),
+        ({"resources": {"cpu": 1}}, "unknown key"),
+    ]
+    for extra, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            sweep_spec_from_dict({"name": "s", "config": "c.toml", **extra})
+
+
+def test_trial_overrides_are_what_factory_train_takes(tmp_path):
+    from experiments.trial import TrialSetup, trial_overrides
+    from trainer.config import parse_override
+
+    setup = TrialSetup("s", "sweep", str(tmp_path), "/", "c.toml", ("train.steps=3",), 1, 1, "m.json")
+    params = {"optim.lr": 0.001, "model.dim": 64, "variant": "low", "mixture.code": 0.3, "component.text": "t@1"}
+    overrides = trial_overrides(setup, params, tmp_path / "runs" / "t1")
+    parsed = [parse_override(o) for o in overrides]
+    assert parsed == [
+        ("train", "steps", 3),
+        ("run", "dir", str(tmp_path / "runs" / "t1")),
+        ("optim", "lr", 0.001),
+        ("model", "dim", 64),
+    ]
+
+
+def test_numpy_values_become_plain_toml():
+    import numpy as np
+
+    from experiments.sweep_spec import toml_literal
+
+    assert toml_literal(np.float64(0.25)) == "0.25" and toml_literal(np.int64(3)) == "3"
+    assert toml_literal(True) == "true" and toml_literal('a "b"') == '"a \\"b\\""'
+
+
+def test_the_target_is_a_weighted_mean_of_held_out_losses():
+    from experiments.trial import target_metric
+
+    losses = {"code": 2.0, "text": 4.0}
+    assert target_metric(losses, {}) == 3.0
+    assert target_metric(losses, {"code": 3, "text": 1}) == 2.5
+    assert target_metric(losses, {"code": 1, "num": 1}) is None  # a named component was not evaluated
+
+
+def test_the_metrics_watcher_summarises_a_growing_log(tmp_path):
+    from experiments.trial import MetricsWatcher
+
+    log = tmp_path / "metrics.jsonl"
+    watcher = MetricsWatcher(log, {})
+    assert watcher.new_evaluations() == []
+    lines = [
+        {"step": 1, "kind": "train", "loss": 5.0},
+        {"step": 1, "kind": "eval", "a": {"loss": 4.0, "ppl": 1}, "b": {"loss": 6.0, "ppl": 1}},
+        {"step": 2, "kind": "train", "loss": 4.5},
+        {"step": 2, "kind": "eval", "a": {"loss": 4.2, "ppl": 1}, "b": {"loss": 5.0, "ppl": 1}},
+    ]
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines[:2]) + '{"step": 2, "ki')  # a line half written
+    first = watcher.new_evaluations()
+    assert [e["target"] for e in first] == [5.0]
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    second = watcher.new_evaluations()
+    assert second[0]["final_loss"] == {"a": 4.2, "b": 5.0} and second[0]["best_loss"] == {"a": 4.0, "b": 5.0}
+    assert second[0]["loss_curve"] == [[1, 5.0], [2, 4.5]]
+
+
+def test_the_noise_test_and_the_differences_by_seed():
+    from experiments.ablation import analyse, format_ablation, noise_test
+
+    assert noise_test([1.0, 1.1, 0.9], [2.0, 2.1, 1.9], 0.05)[1]
+    assert not noise_test([1.0, 1.1, 0.9], [1.05, 0.95, 1.0], 0.05)[1]
+    assert noise_test([1.0, 1.0], [1.0, 1.0], 0.05) == (1.0, False)  # identical runs: no difference
+
+    def row(variant, seed, metric):
+        return {"params": {"variant": variant, "run.seed": seed}, "metric": metric}
+
+    rows = [row("base", s, 1.0 + s / 10) for s in range(3)] + [row("slow", s, 2.0 + s / 5) for s in range(3)]
+    reports = {r.variant: r for r in analyse(rows, 0.05)}
+    assert reports["slow"].differences == pytest.approx((1.0, 1.1, 1.2))
+    assert reports["slow"].difference == pytest.approx(1.1) and reports["slow"].exceeds_noise
+    assert "yes" in format_ablation(list(reports.values()), 0.05)
+
+
+def test_an_ablation_spec_refuses_a_variant_that_is_not_one_change():
+    from experiments.ablation import AblationSpec
+
+    with pytest.raises(ConfigError, match="seeds"):
+        AblationSpec("a", "c.toml", {"v": {"optim.lr": 1.0}}, seeds=1)
+    with pytest.raises(ConfigError, match="base"):
+        AblationSpec("a", "c.toml", {"base": {"optim.lr": 1.0}})
+    with pytest.raises(ConfigError, match=r"run\.seed"):
+        AblationSpec("a", "c.toml", {"v": {"run.seed": 1}})
+    spec = AblationSpec("a", "c.toml", {"v": {"optim.lr": 1.0}}, seeds=2)
+    assert [t["variant"] for t in spec.trials()] == ["base", "base", "v", "v"]
+
+
+def _manifest(**extra):
+    from mixtures.manifest import ComponentManifest, DataFile, Manifest
+
+    files = (DataFile("file:///x.parquet", 2, (2,), 10, 100),)
+    component = ComponentManifest("a", "raw.a", 1, 1.0, files, {})
+    return Manifest("m", 0, (component,), {"name": "factory"}, **extra)
+
+
+def test_a_manifest_without_provenance_keeps_its_fingerprint_and_one_with_it_round_trips(tmp_path):
+    from mixtures.manifest import Manifest
+
+    plain = _manifest()
+    assert "provenance" not in json.loads(plain.to_json())  # manifests pinned before keep their fingerprint
+    searched = _manifest(provenance={"method": "factory mix search", "sweep_id": "s-1"})
+    assert searched.fingerprint != plain.fingerprint
+    searched.save(tmp_path / "m.json")
+    assert Manifest.load(tmp_path / "m.json").provenance["sweep_id"] == "s-1"
+
+
+def test_lineage_says_where_the_weights_came_from():
+    from trainer.lineage import format_lineage
+
+    provenance = {
+        "method": "factory mix search",
+        "sweep_id": "mix-abc",
+        "trials": [{}] * 16,
+        "fit": {"model": "quadratic", "cv_spearman": 0.91},
+        "target": {"code": 1.0},
+    }
+    lineage = {
+        "manifest": {"path": "m.json", "fingerprint": "sha256:0", "provenance": provenance},
+        "tokenizer": {"path": "t.json", "sha256": "0" * 64},
+        "loader_position": {"next_global_batch": 1, "sequences": 8, "tokens": 256},
+        "components": [],
+    }
+    text = format_lineage(lineage)
+    assert "weights from factory mix search mix-abc; 16 proxy trials; fit quadratic" in text
+    assert "Spearman 0.910" in text
+
+
+def test_the_ranking_puts_the_best_first_and_failures_last():
+    from experiments.report import format_ranking
+
+    rows = [
+        {"trial_id": "t1", "status": "completed", "metric": 3.0, "params": {"optim.lr": 0.1}, "final_loss": {"a": 3}},
+        {"trial_id": "t2", "status": "failed", "metric": None, "params": {"optim.lr": 9.0}, "error": "boom"},
+        {"trial_id": "t3", "status": "completed", "metric": 2.0, "params": {"optim.lr": 0.01}, "final_loss": {"a": 2}},
+    ]
+    lines = format_ranking(rows).splitlines()
+    assert [line.split()[1] for line in lines[1:4]] == ["t3", "t1", "t2"]
+    assert lines[-1].strip() == "t2 failed: boom"

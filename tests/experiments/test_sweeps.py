@@ -1,0 +1,154 @@
+"""Sweeps and ablations on real Ray Tune: each trial a real training run (torchrun, gloo) on a
+tiny lakehouse, each outcome a row of experiments.trials. Every test starts Ray with 2 CPUs
+and shuts it down."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.experiments.lakehouse_setup import Lakehouse, make_lakehouse
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory) -> Lakehouse:
+    home = tmp_path_factory.mktemp("experiments-home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FACTORY_HOME", str(home))
+        patch.delenv("FACTORY_CATALOG", raising=False)
+        yield make_lakehouse(home)
+
+
+@pytest.fixture
+def in_lake(lake: Lakehouse, monkeypatch: pytest.MonkeyPatch) -> Lakehouse:
+    monkeypatch.setenv("FACTORY_HOME", str(lake.home))
+    monkeypatch.delenv("FACTORY_CATALOG", raising=False)
+    return lake
+
+
+def _rows(sweep_id: str) -> list[dict]:
+    from experiments.trials_table import read_trials
+    from lakehouse.catalog import load_catalog
+
+    return read_trials(load_catalog(), sweep_id)
+
+
+def _starts(run_dir: str) -> int:
+    """How many times a run was started (its metrics log gets a `start` record each time)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    return sum(json.loads(line)["kind"] == "start" for line in path.read_text().splitlines())
+
+
+def test_a_2x2_grid_lands_4_rows_and_a_crashing_trial_is_recorded_as_failed(in_lake, tmp_path, monkeypatch):
+    from experiments.sweep import run_sweep
+    from experiments.sweep_spec import sweep_spec_from_dict
+
+    # The first training process of all to reach step 2 is killed outright (SIGKILL), as an OOM
+    # kill would; Ray's workers and the trials' torchrun inherit this from the environment.
+    monkeypatch.setenv("FACTORY_KILL_ONCE_AT", f"after-step-2:{tmp_path / 'killed'}")
+    spec = sweep_spec_from_dict(
+        {
+            "name": "grid",
+            "config": str(in_lake.config),
+            "space": {"optim.lr": [0.01, 0.001], "mixture.code": [0.2, 2.0]},
+        }
+    )
+    outcome = run_sweep(spec, num_cpus=2)
+
+    rows = outcome.rows
+    assert len(rows) == 4 and outcome.unfinished == 0
+    assert sorted((r["params"]["optim.lr"], r["params"]["mixture.code"]) for r in rows) == [
+        (0.001, 0.2), (0.001, 2.0), (0.01, 0.2), (0.01, 2.0)
+    ]  # fmt: skip
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert len(failed) == 1 and "killed by SIGKILL" in failed[0]["error"]
+    assert failed[0]["metric"] is None
+    done = [r for r in rows if r["status"] == "completed"]
+    assert len(done) == 3
+    for row in done:
+        assert set(row["final_loss"]) == {"text", "code", "num"}
+        assert row["tokens_seen"] == 3 * 8 * 32 and row["wall_seconds"] > 0
+        assert all(row["best_loss"][c] <= row["final_loss"][c] for c in row["final_loss"])
+        assert (Path(row["run_dir"]) / "checkpoints").is_dir()
+        # A trial with other weights trained on its own manifest, pinned from the same snapshots.
+        from mixtures.manifest import Manifest
+
+        manifest = Manifest.load(Path(row["run_dir"]) / "manifest.json")
+        base = Manifest.load(in_lake.manifest)
+        assert row["manifest_fingerprint"] == manifest.fingerprint != base.fingerprint
+        assert [c.snapshot_id for c in manifest.components] == [c.snapshot_id for c in base.components]
+        # The others keep their base weights (1/3 each, normalised); code's is relative to theirs.
+        share = row["params"]["mixture.code"] / (row["params"]["mixture.code"] + 2 / 3)
+        assert manifest.component("code").weight == pytest.approx(share)
+    lineage = json.loads(next(Path(done[0]["run_dir"]).glob("checkpoints/step-*/lineage.json")).read_text())
+    assert lineage["manifest"]["fingerprint"] == done[0]["manifest_fingerprint"]
+
+    from experiments.report import format_ranking, write_plots
+
+    table = format_ranking(rows)
+    ranked = [line.split()[1] for line in table.splitlines()[1:4]]
+    assert ranked == [r["trial_id"] for r in sorted(done, key=lambda r: r["metric"])]
+    plots = write_plots(rows, tmp_path / "plots")
+    assert [p.name for p in plots] == ["loss_curves.png", "metric_vs_params.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in plots)
+
+
+def test_an_interrupted_sweep_resumes_without_rerunning_finished_trials(in_lake, tmp_path):
+    spec = tmp_path / "seeds.toml"
+    # cpus = 2 of Ray's 2: one trial at a time, so the interruption falls between trials' ends.
+    spec.write_text(
+        f'name = "seeds"\nconfig = "{in_lake.config}"\n[resources]\ncpus = 2\n[space]\n"run.seed" = [0, 1, 2]\n'
+    )
+    command = [sys.executable, "-m", "factory_cli.main", "sweep", str(spec), "--num-cpus", "2"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    from experiments.sweep_spec import load_sweep_spec
+
+    sweep_id = load_sweep_spec(spec).sweep_id
+    deadline = time.monotonic() + 240
+    while not _rows(sweep_id) and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.5)
+    first.send_signal(signal.SIGINT)  # Ctrl-C: Tune saves its state and stops
+    output = first.communicate(timeout=120)[0]
+    before = {r["trial_id"]: r for r in _rows(sweep_id)}
+    assert first.returncode == 130, output[-3000:]
+    assert 1 <= len(before) < 3 and "--resume" in output
+
+    second = subprocess.run([*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
+    after = _rows(sweep_id)
+    assert len(after) == 3 and all(r["status"] == "completed" for r in after)
+    assert sorted(r["params"]["run.seed"] for r in after) == [0, 1, 2]
+    for trial_id, row in before.items():
+        assert _starts(row["run_dir"]) == 1, f"finished trial {trial_id} was run again"
+    assert "RANK" in second.stdout
+
+
+def test_the_ablation_noise_test_flags_a_real_difference_and_not_a_rerun_of_the_base(in_lake):
+    from experiments.ablation import AblationSpec, format_ablation, run_ablation
+
+    spec = AblationSpec(
+        name="lr",
+        config=str(in_lake.config),
+        seeds=3,
+        variants={"lr-100x-smaller": {"optim.lr": 0.0001}, "base-again": {"optim.lr": 0.01}},
+    )
+    outcome, reports = run_ablation(spec, num_cpus=2)
+    assert len(outcome.rows) == 9 and all(r["status"] == "completed" for r in outcome.rows)
+    by_name = {r.variant: r for r in reports}
+    print(format_ablation(reports, spec.alpha))
+    assert by_name["lr-100x-smaller"].exceeds_noise and by_name["lr-100x-smaller"].difference > 0
+    assert not by_name["base-again"].exceeds_noise
+    assert len(by_name["base"].metrics) == 3 and by_name["base"].std > 0  # the seeds do differ
