@@ -8,7 +8,7 @@ Then dedup: ``raw.code`` → ``dedup.code`` and ``raw.text`` → ``dedup.text``,
 removed (licence texts and copyright files repeat a lot).
 
 Then it filters the demo tables (``dedup.*`` when they exist, else ``raw.*``) with the shipped
-``code`` and ``text`` configs into ``filtered.*``, validates, publishes and tags them.
+``code`` and ``docs`` configs into ``filtered.*``, validates, publishes and tags them.
 
 Then it trains a tokenizer on the filtered tables, pins a two-component mixture of them, shows
 the first batches' shares, trains a tiny model on 2 CPU ranks with evals and checkpoints
