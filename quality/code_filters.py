@@ -181,18 +181,24 @@ STARCODER2_KINDS = tuple(_ENCODED)
 # percent-encoded), and huge string or bytes literals made of dense pieces ("…" "…" or b'\x..'
 # lines). A run of literals may cross brackets, so `{{1, 2}, {3, 4}}` tables count as one run.
 # Line comments between rows (`3814, 33,  # 16`) do not end a run.
-_SEP = r"(?:\s*(?:[,{}\[\]()]|(?:#|//)[^\n]*+)\s*)+"
+_SEP = r"(?:\s*+(?:[,{}\[\]()]|(?:#|//)[^\n]*+)\s*+)++"
 _HEX_LITERAL = r"(?:0[xX]|\\x)[0-9a-fA-F]{1,16}[uUlL]{0,3}"
-_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[uUlLfFdD]{0,3}"
-# A literal opens after a space, bracket, operator or a prefix (b"", L""), never right after
-# text: minified code would otherwise pair a closing quote with the next opening one.
-_PIECE = r"""(?<=^|[\s(\[{=,:+])[bBrRuUfFL]{0,2}(?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')"""
+_NUMBER = r"[-+]?+(?:\d++\.?+\d*+|\.\d++)(?:[eE][-+]?\d++)?+[uUlLfFdD]{0,3}+"
+# A table's first number starts with a digit: the scan then tries far fewer starting places.
+_FIRST_NUMBER = r"(?<![\w.])\d++(?:\.\d*+)?+(?:[eE][-+]?\d++)?+[uUlLfFdD]{0,3}+"
+# A literal opens after a space, bracket or operator, with or without a prefix (b"", L""),
+# never right after text: minified code would otherwise pair a closing quote with the next
+# opening one. Only dense pieces (4+ characters, no unescaped space) make a run, so most of the
+# strings of a file never reach the Python-side checks.
+_QUOTED = r"""(?:"(?:[^"\\\s]|\\.){4,}+"|'(?:[^'\\\s]|\\.){4,}+')"""
+_PIECE = rf"(?<=^|[\s(\[{{=,:+]|[\s(\[{{=,:+][bBrRuUfFL]{{1,2}}){_QUOTED}"
+_NEXT_PIECE = rf"[ \t]*+(?:\+[ \t]*+)?+\\?+\n?+[ \t]*+[bBrRuUfFL]{{0,2}}+{_QUOTED}"
 _ENCODED_MORE = {
     "hex_array": regex.compile(rf"(?:{_HEX_LITERAL}{_SEP}){{8,}}(?:{_HEX_LITERAL})?"),
-    # (atomic groups: the separators never backtrack, which halves the scan's time)
-    "number_table": regex.compile(rf"(?<![\w.]){_NUMBER}(?>{_SEP}(?<![\w.]){_NUMBER}(?![\w.])){{15,}}"),
+    # (possessive quantifiers: separators and numbers never backtrack, which halves the scan's time)
+    "number_table": regex.compile(rf"{_FIRST_NUMBER}(?:{_SEP}(?<![\w.]){_NUMBER}(?![\w.])){{15,}}"),
     "data_uri": regex.compile(r"data:[a-zA-Z]+/[\w.+-]+(?:;[\w.+-]+=[\w.+-]+)*(?:;base64)?,[^\s\"'`()<>]{64,}"),
-    "literal": regex.compile(rf"{_PIECE}(?:[ \t]*(?:\+[ \t]*)?\\?\n?[ \t]*{_PIECE})*", regex.MULTILINE),
+    "literal": regex.compile(rf"{_PIECE}(?:{_NEXT_PIECE})*", regex.MULTILINE),
 }
 ENCODED_KINDS = (*STARCODER2_KINDS, *_ENCODED_MORE)
 _TABLE_KINDS = frozenset({"hex_array", "number_table"})
