@@ -8,7 +8,7 @@ Then dedup: ``raw.code`` → ``dedup.code`` and ``raw.text`` → ``dedup.text``,
 removed (licence texts and copyright files repeat a lot).
 
 Then it filters the demo tables (``dedup.*`` when they exist, else ``raw.*``) with the shipped
-``code`` and ``text`` configs into ``filtered.*``, validates, publishes and tags them.
+``code`` and ``docs`` configs into ``filtered.*``, validates, publishes and tags them.
 
 Then it removes from ``filtered.code`` the documents that share a 13-gram with HumanEval's
 prompts or solutions (``decontaminated.code``, the quarantine says which task).
@@ -168,6 +168,10 @@ def _removed_examples(catalog: Catalog, source: PinnedRef, clusters: str, snapsh
     return "\n".join(lines)
 
 
+# The demo's text is package documentation: the `docs` config keeps its technical prose (issue 19).
+DEMO_FILTER_CONFIGS = {"code": "code", "text": "docs"}
+
+
 def _filter_all(spark, catalog: Catalog) -> None:
     """Filter dedup.* (raw.* before dedup exists), validate, publish and tag filtered.*."""
     from factory_cli.filter import format_result as format_filter_result
@@ -179,10 +183,11 @@ def _filter_all(spark, catalog: Catalog) -> None:
         if source is None:
             continue
         _, pinned = resolve(catalog, source)
-        config = load_config(kind)
+        config_name = DEMO_FILTER_CONFIGS[kind]
+        config = load_config(config_name)
         digest = hashlib.sha256(f"{pinned}|{config.sha256}".encode()).hexdigest()[:12]
-        opts = FilterOptions(str(pinned), f"filtered.{kind}", kind, run_id=f"demo-filter-{kind}-{digest}")
-        print(f"· {source}@{pinned.snapshot_id} → filtered.{kind} (config {kind}, sha256 {config.sha256[:12]})")
+        opts = FilterOptions(str(pinned), f"filtered.{kind}", config_name, run_id=f"demo-filter-{kind}-{digest}")
+        print(f"· {source}@{pinned.snapshot_id} → filtered.{kind} (config {config_name}, sha256 {config.sha256[:12]})")
         result = filter_documents(spark, catalog, opts)
         print(format_filter_result(result))
         table = catalog.load_table(("filtered", kind))

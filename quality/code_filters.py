@@ -8,6 +8,7 @@ where practice differs (data formats such as JSON and YAML, prose formats such a
 from __future__ import annotations
 
 import string
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import regex
@@ -172,6 +173,70 @@ _ENCODED = {
     "hex": regex.compile(r"(?:\b(?:0x|\\x)?[0-9a-fA-F]{2}(?:,|\b\s*)){8,}"),
     "unicode": regex.compile(r"(?:\\u[0-9a-fA-F]{4}){8,}"),
 }
+STARCODER2_KINDS = tuple(_ENCODED)
+
+# The layouts real sources use that StarCoder2's patterns miss (issue 19, measured by
+# benchmarks/quality/encoded.py): C and Python byte arrays written `0x3f, 0x1a, …` (any width,
+# with C's u/L suffixes), long tables of decimal or float literals, `data:` URIs (base64 or
+# percent-encoded), and huge string or bytes literals made of dense pieces ("…" "…" or b'\x..'
+# lines). A run of literals may cross brackets, so `{{1, 2}, {3, 4}}` tables count as one run.
+# Line comments between rows (`3814, 33,  # 16`) do not end a run.
+_SEP = r"(?:\s*+(?:[,{}\[\]()]|(?:#|//)[^\n]*+)\s*+)++"
+_HEX_LITERAL = r"(?:0[xX]|\\x)[0-9a-fA-F]{1,16}[uUlL]{0,3}"
+_NUMBER = r"[-+]?+(?:\d++\.?+\d*+|\.\d++)(?:[eE][-+]?\d++)?+[uUlLfFdD]{0,3}+"
+# A table's first number starts with a digit: the scan then tries far fewer starting places.
+_FIRST_NUMBER = r"(?<![\w.])\d++(?:\.\d*+)?+(?:[eE][-+]?\d++)?+[uUlLfFdD]{0,3}+"
+# A literal opens after a space, bracket or operator, with or without a prefix (b"", L""),
+# never right after text: minified code would otherwise pair a closing quote with the next
+# opening one. Only dense pieces (4+ characters, no unescaped space) make a run, so most of the
+# strings of a file never reach the Python-side checks.
+_QUOTED = r"""(?:"(?:[^"\\\s]|\\.){4,}+"|'(?:[^'\\\s]|\\.){4,}+')"""
+_PIECE = rf"(?<=^|[\s(\[{{=,:+]|[\s(\[{{=,:+][bBrRuUfFL]{{1,2}}){_QUOTED}"
+_NEXT_PIECE = rf"[ \t]*+(?:\+[ \t]*+)?+\\?+\n?+[ \t]*+[bBrRuUfFL]{{0,2}}+{_QUOTED}"
+_ENCODED_MORE = {
+    "hex_array": regex.compile(rf"(?:{_HEX_LITERAL}{_SEP}){{8,}}(?:{_HEX_LITERAL})?"),
+    # (possessive quantifiers: separators and numbers never backtrack, which halves the scan's time)
+    "number_table": regex.compile(rf"{_FIRST_NUMBER}(?:{_SEP}(?<![\w.]){_NUMBER}(?![\w.])){{15,}}"),
+    "data_uri": regex.compile(r"data:[a-zA-Z]+/[\w.+-]+(?:;[\w.+-]+=[\w.+-]+)*(?:;base64)?,[^\s\"'`()<>]{64,}"),
+    "literal": regex.compile(rf"{_PIECE}(?:{_NEXT_PIECE})*", regex.MULTILINE),
+}
+ENCODED_KINDS = (*STARCODER2_KINDS, *_ENCODED_MORE)
+_TABLE_KINDS = frozenset({"hex_array", "number_table"})
+# Runs of the new kinds shorter than this are ordinary code: a 16-colour palette, a small
+# lookup table, a short string. (StarCoder2's kinds count from their patterns' own minimums.)
+_MIN_RUN_CHARS = {"number_table": 512, "literal": 256}
+# A run of string literals is data when its contents are mostly escapes (b"\x89PNG\r\n…",
+# "\u02c1-\u02d1…") or all in the base64/hex alphabet (a blob cut into "…" "…" lines); a
+# keyword regex, minified code or CSS in a string is neither.
+_LITERAL_PIECE = regex.compile(r""""((?:[^"\\\n]|\\.)*)"|'((?:[^'\\\n]|\\.)*)'""")
+_ESCAPE = regex.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{1,3}|[abfnrtv])")
+_BLOB = regex.compile(r"[A-Za-z0-9+/= ]*")
+
+
+def _data_literal(run: str) -> bool:
+    contents = "".join(a or b for a, b in _LITERAL_PIECE.findall(run))
+    if not contents:
+        return False
+    escaped = sum(m.end() - m.start() for m in _ESCAPE.finditer(contents))
+    if escaped >= 0.5 * len(contents):
+        return True
+    return _BLOB.fullmatch(contents) is not None and contents.count(" ") <= 0.02 * len(contents)
+
+
+def encoded_runs(text: str, kinds: tuple[str, ...] = ENCODED_KINDS) -> Iterator[tuple[str, int, int]]:
+    """(kind, start, end) of each encoded run in ``text``, StarCoder2's kinds first."""
+    for kind in kinds:
+        if kind == "unicode" and "\\u" not in text:
+            continue  # cheap test that spares the scan on almost every file
+        if kind == "data_uri" and "data:" not in text:
+            continue
+        pattern = _ENCODED.get(kind) or _ENCODED_MORE[kind]
+        for match in pattern.finditer(text):
+            if match.end() - match.start() < _MIN_RUN_CHARS.get(kind, 0):
+                continue
+            if kind == "literal" and not _data_literal(match[0]):
+                continue
+            yield kind, match.start(), match.end()
 
 
 class EncodedData(QualityFilter):
@@ -183,23 +248,42 @@ class EncodedData(QualityFilter):
     class Config:
         max_run_chars: int = 1024  # StarCoder2: a single match longer than this drops the file
         max_fraction: float = 0.5  # StarCoder2: matches covering more than this fraction drop the file
+        kinds: tuple[str, ...] = ENCODED_KINDS  # which patterns run; STARCODER2_KINDS is StarCoder2's filter
+        # A table of numbers (hex_array, number_table) longer than this drops the file: a 256-entry
+        # lookup table (~1.1 kB) is ordinary code, a frequency table of thousands is data.
+        max_table_run_chars: int = 4096
 
         def __post_init__(self) -> None:
             require(self.max_run_chars > 0, f"encoded_data.max_run_chars must be positive, got {self.max_run_chars}")
+            require(
+                self.max_table_run_chars > 0,
+                f"encoded_data.max_table_run_chars must be positive, got {self.max_table_run_chars}",
+            )
             fraction("encoded_data.max_fraction", self.max_fraction)
+            object.__setattr__(self, "kinds", tuple(self.kinds))
+            unknown = sorted(set(self.kinds) - set(ENCODED_KINDS))
+            require(not unknown, f"encoded_data.kinds: unknown {unknown}; known: {list(ENCODED_KINDS)}")
 
     def filter(self, doc: Doc) -> FilterResult:
         text = doc.text
-        matched, longest = 0, 0
-        for kind, pattern in _ENCODED.items():
-            if kind == "unicode" and "\\u" not in text:
-                continue  # cheap test that spares the scan on almost every file
-            for match in pattern.finditer(text):
-                length = match.end() - match.start()
-                matched += length
-                longest = max(longest, length)
+        matched, longest, too_long = 0, 0, False
+        covered: bytearray | None = None
+        for kind, start, end in encoded_runs(text, self.config.kinds):
+            length = end - start
+            longest = max(longest, length)
+            limit = self.config.max_table_run_chars if kind in _TABLE_KINDS else self.config.max_run_chars
+            too_long = too_long or length > limit
+            if kind in _ENCODED:
+                matched += length  # StarCoder2's sum, overlaps and all, so its kinds decide as before
+                continue
+            if covered is None:  # the new kinds count only characters no earlier run covered
+                covered = bytearray(len(text))
+                for _, s, e in encoded_runs(text, tuple(k for k in self.config.kinds if k in _ENCODED)):
+                    covered[s:e] = b"\x01" * (e - s)
+            matched += covered.count(0, start, end)
+            covered[start:end] = b"\x01" * length
         share = matched / len(text) if text else 0.0
-        if longest > self.config.max_run_chars:
+        if too_long:
             return FilterResult.dropped("encoded_run", encoded_run_chars=longest, encoded_fraction=share)
         if share > self.config.max_fraction:
             return FilterResult.dropped("encoded_fraction", encoded_run_chars=longest, encoded_fraction=share)

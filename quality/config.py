@@ -16,7 +16,7 @@ prose filters, and per-language overrides keyed by the ``lang`` column::
     size = { min_bytes = 50, max_bytes = 5000 }   # replaces these keys for JSON only
 
 The file's sha256 goes into every snapshot the filter job writes, so the thresholds behind a
-snapshot can always be found. ``quality/configs/`` ships the defaults for ``code`` and ``text``.
+snapshot can always be found. ``quality/configs/`` ships the defaults for ``code`` and ``text``, and ``docs`` for documentation.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ FILTERS: dict[str, str] = {
     "gopher_quality": "quality.prose_filters:GopherQuality",
     "c4_quality": "quality.prose_filters:C4Quality",
     "fineweb_quality": "quality.prose_filters:FineWebQuality",
+    "license_text": "quality.doc_filters:LicenseText",
 }
 _TOP_KEYS = {"filters", "sources", "language", "languages", "description"}
 
@@ -114,7 +115,8 @@ def resolve_config_path(name_or_path: str) -> Path:
     """A config file path; a bare name such as ``code`` or ``text`` means the shipped default."""
     path = Path(name_or_path)
     shipped = SHIPPED / f"{name_or_path}.toml"
-    if not path.exists() and path.suffix == "" and "/" not in name_or_path and shipped.exists():
+    # is_file, not exists: `docs` names the shipped config even where a docs/ folder is at hand
+    if not path.is_file() and path.suffix == "" and "/" not in name_or_path and shipped.exists():
         return shipped
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in SHIPPED.glob("*.toml")))

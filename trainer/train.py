@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import json
 import math
+import resource
 import sys
 import time
 from collections.abc import Iterator
@@ -188,6 +189,7 @@ def _train(
                 "grad_norm": grad_norm,
                 "tokens_per_s": tokens / elapsed,
                 "data_wait_frac": waited / elapsed,
+                "peak_mem_gb": peak_memory_gb(world.device),
             },
         )
         maybe_fail(f"after-step-{step}")
@@ -201,6 +203,13 @@ def _train(
             record = lineage_record(lineage, run_dir, step, state, cfg) if world.is_main else {}
             checkpoint.save(run_dir, step, model, optimizer, scheduler, state, record, world, cfg.checkpoint.keep)
     return losses
+
+
+def peak_memory_gb(device: torch.device) -> float:
+    """Peak memory so far: the device's allocated memory on a GPU, the process's RSS on a CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB on Linux
 
 
 def model_params(model: nn.Module) -> int:

@@ -1,11 +1,20 @@
-"""Trainer throughput: tokens/s, MFU and the fraction of each step spent waiting for data.
+"""Trainer throughput: tokens/s per GPU, MFU, the fraction of each step spent waiting for data, peak memory.
 
-    python benchmarks/trainer/run.py --config configs/demo-train.toml --nproc 2 --steps 20
-    python benchmarks/trainer/run.py --config configs/1b.toml --nproc 8 --steps 50   # on GPUs
+    # the GPU figure: the 1B config on one H200, bf16 and torch.compile on, one command (< 8 min)
+    PYTHONPATH=. python benchmarks/trainer/run.py --config configs/1b.toml --steps 30 \
+        --set data.global_batch_size=64
+    # tiny, on CPU (what the test runs)
+    PYTHONPATH=. python benchmarks/trainer/run.py --config configs/demo-train.toml --steps 4 --mb 1 --vocab 512
 
-It runs `factory train` for a fresh run directory and reads the run's metrics.jsonl, skipping
-the first steps (start-up, compilation). MFU = achieved model FLOP/s over the devices' peak:
-the peak is looked up for known GPUs (bf16 dense) or given with --peak-tflops (e.g. for a CPU).
+Without --manifest it first makes its own data, no Spark needed: --mb MB of this machine's
+Python standard library as an Iceberg table (pyiceberg, SQLite catalog), pinned as a one-component
+manifest, and a BPE tokenizer of --vocab tokens trained on it; so a bare GPU machine with the
+venv runs it as is. Then `factory train` for a fresh run directory, through the real streaming
+loader, and the run's metrics.jsonl, leaving out the first --warmup steps (start-up,
+torch.compile). MFU = model FLOP/s (6·N per token for the matmuls plus attention's 12·L·d·T,
+``Transformer.flops_per_token``) over the devices' peak: looked up for known GPUs (bf16 dense,
+989 TFLOP/s for the H100/H200) or given with --peak-tflops. Peak memory is the device's
+allocated memory on a GPU, the process's RSS on a CPU (rank 0).
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -34,7 +44,28 @@ def device_peak() -> tuple[str, float | None]:
     return name, next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
 
 
+def prepare_data(home: Path, megabytes: int, vocab: int) -> tuple[Path, Path]:
+    """A pinned one-component manifest over ``megabytes`` of the standard library, and a tokenizer."""
+    from pyiceberg.catalog import load_catalog
+
+    from benchmarks.loader.run import stdlib_texts, write_table
+    from lakehouse.catalog import embedded_catalog_properties
+    from mixtures.pin import pin
+    from mixtures.spec import spec_from_dict
+    from streaming_loader.tokenizer_train import train_tokenizer
+
+    (home / "warehouse").mkdir(parents=True, exist_ok=True)
+    catalog = load_catalog("factory", **embedded_catalog_properties(home))  # the name lineage looks up
+    write_table(catalog, "train", stdlib_texts(), megabytes)
+    spec = {"seed": 1, "components": [{"name": "code", "table": "bench.train", "weight": 1, "heldout_fraction": 0.01}]}
+    pin(catalog, spec_from_dict(spec)).save(home / "manifest.json")
+    tokenizer = train_tokenizer(catalog, ["bench.train"], vocab, max_bytes=min(megabytes, 8) << 20)
+    (home / "tokenizer.json").write_text(tokenizer.text)
+    return home / "manifest.json", home / "tokenizer.json"
+
+
 def main() -> int:
+    began = time.perf_counter()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True)
     parser.add_argument("--nproc", type=int, default=1)
@@ -42,10 +73,23 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=3, help="steps left out of the figures")
     parser.add_argument("--peak-tflops", type=float, help="per-device peak, for MFU where it is not known")
     parser.add_argument("--set", action="append", default=[])
+    parser.add_argument("--manifest", help="train on this pinned manifest (with --tokenizer) instead of own data")
+    parser.add_argument("--tokenizer", help="the tokenizer.json that goes with --manifest")
+    parser.add_argument("--mb", type=int, default=24, help="MB of source to make when there is no --manifest")
+    parser.add_argument("--vocab", type=int, default=32000, help="tokenizer size to train when there is no --manifest")
     args = parser.parse_args()
 
     run_dir = Path(tempfile.mkdtemp(prefix="bench-train-"))
-    overrides = [f"run.dir='{run_dir}'", f"train.steps={args.steps}", "checkpoint.every=0", "eval.every=0", *args.set]
+    data = []
+    if args.manifest:
+        data = [f"data.manifest='{args.manifest}'", *([f"data.tokenizer='{args.tokenizer}'"] if args.tokenizer else [])]
+    else:
+        started = time.perf_counter()
+        manifest, tokenizer = prepare_data(run_dir.parent / f"{run_dir.name}-data", args.mb, args.vocab)
+        print(f"data: {args.mb} MB pinned, tokenizer of {args.vocab} trained in {time.perf_counter() - started:.1f} s")
+        data = [f"data.manifest='{manifest}'", f"data.tokenizer='{tokenizer}'"]
+    overrides = [f"run.dir='{run_dir}'", f"train.steps={args.steps}", "checkpoint.every=0", "eval.every=0"]
+    overrides += [*data, *args.set]
     command = [sys.executable, "-m", "factory_cli.main", "train", "--config", args.config, "--nproc", str(args.nproc)]
     for override in overrides:
         command += ["--set", override]
@@ -67,14 +111,19 @@ def main() -> int:
     result = {
         "device": device,
         "ranks": args.nproc,
+        "dtype": resolved["train"]["dtype"],
+        "compile": resolved["train"]["compile"],
         "params": model.num_params(),
         "seq_len": seq_len,
         "global_batch_size": resolved["data"]["global_batch_size"],
         "steps_measured": len(steps),
         "tokens_per_s": round(tokens_per_s, 1),
+        "tokens_per_s_per_gpu": round(tokens_per_s / args.nproc, 1),
         "model_tflops": round(flops / 1e12, 4),
         "mfu": round(mfu, 4) if mfu is not None else None,
         "data_wait_frac": round(statistics.mean(r["data_wait_frac"] for r in steps), 4),
+        "peak_mem_gb": round(max(r["peak_mem_gb"] for r in steps), 2),
+        "wall_s": round(time.perf_counter() - began, 1),
     }
     print(json.dumps(result, indent=2))
     return 0

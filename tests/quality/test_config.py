@@ -79,5 +79,5 @@ def test_bad_config_files_are_refused_with_the_file_named(tmp_path, text, messag
 
 
 def test_missing_config_names_the_shipped_ones(tmp_path):
-    with pytest.raises(FilterConfigError, match="shipped defaults: code, text"):
+    with pytest.raises(FilterConfigError, match="shipped defaults: code, docs, text"):
         load_config(str(tmp_path / "absent.toml"))
