@@ -44,7 +44,7 @@ experiments-demo: install java $(CLASSES) ## mixture search on real data: 3 comp
 test: install java $(CLASSES) ## run the test suite on real Spark, Iceberg catalogs, Ray and torchrun
 	$(BIN)/python -m pytest
 
-test-fast: install ## the tests that need no JVM, Ray cluster or torchrun: the edit-test loop (under a minute)
+test-fast: install ## the tests that need no JVM, Ray cluster or torchrun: the edit-test loop (under two minutes)
 	$(BIN)/python -m pytest -q -m "not engine and not slow"
 
 lint: install ## ruff lint and format check
