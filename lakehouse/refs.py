@@ -47,6 +47,12 @@ def parse_identifier(text: str) -> tuple[str, ...]:
     return parts
 
 
+def quarantine_identifier(output: tuple[str, ...], quarantine: str | None) -> tuple[str, ...]:
+    """The quarantine table of a job writing ``output``: ``quarantine`` if named, else the
+    ``quarantine`` table in the output's namespace."""
+    return parse_identifier(quarantine) if quarantine else (*output[:-1], "quarantine")
+
+
 def format_identifier(identifier: tuple[str, ...]) -> str:
     return ".".join(identifier)
 

@@ -36,7 +36,7 @@ from lakehouse.columns import DOCUMENT_COLUMNS
 from lakehouse.commit import CommitResult, Run, StagedFile, existing_commits
 from lakehouse.errors import InputError
 from lakehouse.publish import publish, remove_branch, start_branch
-from lakehouse.refs import PinnedRef, format_identifier, parse_identifier
+from lakehouse.refs import PinnedRef, format_identifier, parse_identifier, quarantine_identifier
 from lakehouse.run_binding import RunOutput, commit_run, find_run_commits
 from lakehouse.schemas import (
     QUARANTINE_RECORD_BYTES,
@@ -71,7 +71,7 @@ class DecontaminateOptions:
 
     @property
     def quarantine_id(self) -> tuple[str, ...]:
-        return parse_identifier(self.quarantine) if self.quarantine else (*self.output_id[:-1], "quarantine")
+        return quarantine_identifier(self.output_id, self.quarantine)
 
 
 @dataclass

@@ -45,7 +45,7 @@ from lakehouse.commit import Run, snapshot_stats
 from lakehouse.errors import InputError, ValidationFailedError
 from lakehouse.faults import maybe_fail
 from lakehouse.publish import Published, publish, remove_branch, start_branch, tag_snapshot
-from lakehouse.refs import PinnedRef, format_identifier, parse_identifier, validate_ref_name
+from lakehouse.refs import PinnedRef, format_identifier, parse_identifier, quarantine_identifier, validate_ref_name
 from lakehouse.run_binding import RunOutput, commit_run, find_run_commits
 from lakehouse.schemas import (
     QUARANTINE_RECORD_BYTES,
@@ -82,7 +82,7 @@ class FilterOptions:
 
     @property
     def quarantine_id(self) -> tuple[str, ...]:
-        return parse_identifier(self.quarantine) if self.quarantine else (*self.output_id[:-1], "quarantine")
+        return quarantine_identifier(self.output_id, self.quarantine)
 
 
 @dataclass

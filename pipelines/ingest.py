@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from lakehouse.catalog import ensure_table
 from lakehouse.columns import DOCUMENT_COLUMNS, TARGET_COLUMN
 from lakehouse.commit import CommitResult, Run, existing_commits
-from lakehouse.refs import format_identifier, parse_identifier
+from lakehouse.refs import format_identifier, parse_identifier, quarantine_identifier
 from lakehouse.run_binding import RunOutput, check_run_commits, commit_run, run_snapshots
 from lakehouse.schemas import (
     DOCUMENT_SCHEMA,
@@ -72,7 +72,7 @@ class IngestOptions:
 
     @property
     def quarantine_id(self) -> tuple[str, ...]:
-        return parse_identifier(self.quarantine) if self.quarantine else (*self.output_id[:-1], "quarantine")
+        return quarantine_identifier(self.output_id, self.quarantine)
 
     def params(self) -> dict[str, object]:
         return {
