@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import math
 import statistics
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.sweep_spec import spec_hash
+from experiments.sweep_spec import read_spec, spec_hash
 from lakehouse.config_keys import refuse_unknown_keys
 from lakehouse.errors import ConfigError
 
@@ -88,12 +87,7 @@ class AblationSpec:
 
 def load_ablation_spec(path: str | Path) -> AblationSpec:
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read ablation spec {path}: {exc.strerror or exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    data = read_spec(path, "ablation")
     refuse_unknown_keys(data, _SPEC_KEYS, f"{path}")
     if "name" not in data or "config" not in data:
         raise ConfigError(f"{path}: an ablation spec needs `name` and `config` (the base training config)")

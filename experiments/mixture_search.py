@@ -23,7 +23,6 @@ Here:
 from __future__ import annotations
 
 import math
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.sweep_spec import MIXTURE_KEY, spec_hash
+from experiments.sweep_spec import MIXTURE_KEY, read_spec, spec_hash
 from lakehouse.config_keys import refuse_unknown_keys
 from lakehouse.errors import ConfigError, InputError
 
@@ -72,12 +71,7 @@ class SearchSpec:
 
 def load_search_spec(path: str | Path) -> SearchSpec:
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read search spec {path}: {exc.strerror or exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    data = read_spec(path, "search")
     refuse_unknown_keys(data, _SPEC_KEYS, f"{path}")
     if "name" not in data or "config" not in data:
         raise ConfigError(f"{path}: a search spec needs `name` and `config` (the base training config)")

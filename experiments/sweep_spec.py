@@ -141,14 +141,19 @@ def check_dimension(key: str, value: Any, method: str) -> None:
         _check(args[0] > 0, f"space.{key}: loguniform needs low > 0")
 
 
-def load_sweep_spec(path: str | Path) -> SweepSpec:
-    path = Path(path)
+def read_spec(path: Path, kind: str) -> dict[str, Any]:
+    """A TOML spec file (a sweep, ablation or search spec) as a dict; a clear error if unreadable."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ConfigError(f"cannot read sweep spec {path}: {exc.strerror or exc}") from exc
+        raise ConfigError(f"cannot read {kind} spec {path}: {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+
+
+def load_sweep_spec(path: str | Path) -> SweepSpec:
+    path = Path(path)
+    data = read_spec(path, "sweep")
     try:
         return sweep_spec_from_dict(data)
     except ConfigError as exc:
