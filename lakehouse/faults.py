@@ -3,7 +3,8 @@
 - ``FACTORY_FAIL_AT=<point>``: the process dies abruptly there, as a killed executor or driver
   would: no ``finally`` blocks, no cleanup.
 - ``FACTORY_PAUSE_AT=<point>:<folder>``: the process creates ``<folder>/paused`` there and waits
-  until ``<folder>/resume`` exists, so a test can act while a job is held mid-way.
+  until ``<folder>/resume`` exists, so a test can act while a job is held mid-way. Several
+  ``<point>:<folder>`` pairs may be given, separated by ``;``, to hold a process more than once.
 - ``FACTORY_KILL_ONCE_AT=<point>:<file>``: the first process to get there (of all processes,
   e.g. Spark task attempts) creates ``<file>`` and dies abruptly, as a lost executor would, with no
   chance to clean up; later ones pass. A task that fails once and succeeds on its retry.
@@ -47,6 +48,9 @@ def _first_here(marker: str) -> bool:
 
 
 def _target(env: str, point: str) -> str | None:
-    """The path after ``<point>:`` in ``$env``, if it names ``point``."""
-    named, _, path = os.environ.get(env, "").partition(":")
-    return path if named == point and path else None
+    """The path after ``<point>:`` in ``$env`` (one of its ``;``-separated pairs), if it names ``point``."""
+    for pair in os.environ.get(env, "").split(";"):
+        named, _, path = pair.partition(":")
+        if named == point and path:
+            return path
+    return None

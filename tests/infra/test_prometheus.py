@@ -24,6 +24,7 @@ RULES = REPO / "infra" / "prometheus" / "alerts.yml"
 DASHBOARD = REPO / "infra" / "grafana" / "training.json"
 PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
 PAUSED_BATCH = 6
+STEPS = 16
 
 
 def free_port() -> int:
@@ -105,7 +106,7 @@ num_shards = 2
 [model]
 preset = "tiny"
 [train]
-steps = 16
+steps = {STEPS}
 [eval]
 every = 3
 batches = 1
@@ -139,8 +140,9 @@ def test_prometheus_scrapes_a_run_every_panel_has_data_and_a_held_loader_fires_t
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    hold = tmp_path / "hold"
+    hold, end = tmp_path / "hold", tmp_path / "end"
     hold.mkdir()
+    end.mkdir()
     training = None
     try:
         wait_for(lambda: _ready(base), 60, "Prometheus to start")
@@ -150,7 +152,7 @@ def test_prometheus_scrapes_a_run_every_panel_has_data_and_a_held_loader_fires_t
              "-m", "trainer.train", "--config", str(training_inputs),
              "--set", f"run.dir='{tmp_path / 'run'}'", "--set", f"run.metrics_port={metrics_port}"],
             cwd=REPO,
-            env={**os.environ, "OMP_NUM_THREADS": "1", "FACTORY_PAUSE_AT": f"loader-next-{PAUSED_BATCH}:{hold}"},
+            env={**os.environ, "OMP_NUM_THREADS": "1", "FACTORY_PAUSE_AT": f"loader-next-{PAUSED_BATCH}:{hold};after-step-{STEPS}:{end}"},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -160,15 +162,19 @@ def test_prometheus_scrapes_a_run_every_panel_has_data_and_a_held_loader_fires_t
         assert "FactoryLoaderStalled" not in _firing(base)  # held just now: not yet
         wait_for(lambda: "FactoryLoaderStalled" in _firing(base), 60, "the stalled-loader alert to fire")
         (hold / "resume").touch()
+        # Prometheus pulls: a run that ends between two scrapes is never seen at its last step, so
+        # the run is held there until a scrape has seen it.
+        wait_for(lambda: (end / "paused").exists() or training.poll() is not None, 300, "the last step")
+        assert training.poll() is None, training.stderr.read()[-3000:]
+        wait_for(lambda: _instant(base, "factory_train_step") == STEPS, 60, "a scrape of the last step")
+        (end / "resume").touch()
         assert training.wait(timeout=300) == 0, training.stderr.read()[-3000:]
-        time.sleep(2)  # the last scrape
         ended = time.time()
         for title, expr in panel_queries():
             found = api(base, "query_range", query=expr, start=started, end=ended, step=1)
             values = [float(v) for series in found["data"]["result"] for _, v in series["values"]]
             assert any(v == v for v in values), f"panel {title!r}: {expr} returned no data"
-        steps = api(base, "query", query="max_over_time(factory_train_step[10m])")["data"]["result"]
-        assert float(steps[0]["value"][1]) == 16
+        assert _instant(base, "max_over_time(factory_train_step[10m])") == STEPS
     finally:
         if training is not None and training.poll() is None:
             training.kill()
@@ -182,6 +188,11 @@ def _ready(base: str) -> bool:
             return response.status == 200
     except OSError:
         return False
+
+
+def _instant(base: str, query: str) -> float | None:
+    result = api(base, "query", query=query)["data"]["result"]
+    return float(result[0]["value"][1]) if result else None
 
 
 def _firing(base: str) -> set[str]:
