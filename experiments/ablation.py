@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.sweep_spec import read_spec, spec_hash
+from experiments.sweep_spec import read_spec, spec_hash, trial_resources
 from lakehouse.config_keys import refuse_unknown_keys
 from lakehouse.errors import ConfigError
 
@@ -91,8 +91,7 @@ def load_ablation_spec(path: str | Path) -> AblationSpec:
     refuse_unknown_keys(data, _SPEC_KEYS, f"{path}")
     if "name" not in data or "config" not in data:
         raise ConfigError(f"{path}: an ablation spec needs `name` and `config` (the base training config)")
-    resources = data.get("resources", {})
-    refuse_unknown_keys(resources, {"cpus", "gpus"}, "[resources]")
+    cpus, gpus = trial_resources(data)
     return AblationSpec(
         name=str(data["name"]),
         config=str(data["config"]),
@@ -101,8 +100,8 @@ def load_ablation_spec(path: str | Path) -> AblationSpec:
         set=tuple(data.get("set", [])),
         target=dict(data.get("target", {})),
         nproc=data.get("nproc", 1),
-        cpus=float(resources.get("cpus", 1.0)),
-        gpus=float(resources.get("gpus", 0.0)),
+        cpus=cpus,
+        gpus=gpus,
         alpha=float(data.get("alpha", 0.05)),
     )
 

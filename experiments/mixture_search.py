@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.sweep_spec import MIXTURE_KEY, read_spec, spec_hash
+from experiments.sweep_spec import MIXTURE_KEY, read_spec, spec_hash, trial_resources
 from lakehouse.config_keys import refuse_unknown_keys
 from lakehouse.errors import ConfigError, InputError
 
@@ -75,10 +75,10 @@ def load_search_spec(path: str | Path) -> SearchSpec:
     refuse_unknown_keys(data, _SPEC_KEYS, f"{path}")
     if "name" not in data or "config" not in data:
         raise ConfigError(f"{path}: a search spec needs `name` and `config` (the base training config)")
-    resources = data.pop("resources", {})
-    refuse_unknown_keys(resources, {"cpus", "gpus"}, "[resources]")
+    cpus, gpus = trial_resources(data)
+    data.pop("resources", None)
     data["set"] = tuple(data.get("set", []))
-    return SearchSpec(**data, cpus=float(resources.get("cpus", 1.0)), gpus=float(resources.get("gpus", 0.0)))
+    return SearchSpec(**data, cpus=cpus, gpus=gpus)
 
 
 def sample_mixtures(

@@ -163,8 +163,7 @@ def load_sweep_spec(path: str | Path) -> SweepSpec:
 def sweep_spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
     refuse_unknown_keys(data, _SPEC_KEYS, "the sweep spec")
     _check("name" in data and "config" in data, "a sweep spec needs `name` and `config` (the base training config)")
-    resources = dict(data.get("resources", {}))
-    refuse_unknown_keys(resources, {"cpus", "gpus"}, "[resources]")
+    cpus, gpus = trial_resources(data)
     asha = None
     if "asha" in data:
         refuse_unknown_keys(data["asha"], {"grace_period", "reduction_factor"}, "[asha]")
@@ -182,10 +181,17 @@ def sweep_spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
         nproc=data.get("nproc", 1),
         set=tuple(overrides),
         target=dict(data.get("target", {})),
-        cpus=float(resources.get("cpus", 1.0)),
-        gpus=float(resources.get("gpus", 0.0)),
+        cpus=cpus,
+        gpus=gpus,
         asha=asha,
     )
+
+
+def trial_resources(data: Mapping[str, Any]) -> tuple[float, float]:
+    """The ``[resources]`` table of a sweep, ablation or search spec: (cpus, gpus) per trial."""
+    resources = data.get("resources", {})
+    refuse_unknown_keys(resources, {"cpus", "gpus"}, "[resources]")
+    return float(resources.get("cpus", 1.0)), float(resources.get("gpus", 0.0))
 
 
 def toml_literal(value: Any) -> str:
