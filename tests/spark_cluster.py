@@ -15,7 +15,12 @@ from pathlib import Path
 
 from pyspark.find_spark_home import _find_spark_home
 
+from pipelines.jvm_options import JIT_OPTIONS
 from tests.postgres import _free_port
+
+QUICK_JIT = JIT_OPTIONS["quick"]
+# What spark-submit needs to give its driver and executors the same compiler setting.
+QUICK_JIT_SUBMIT = ["--driver-java-options", QUICK_JIT, "--conf", f"spark.executor.extraJavaOptions={QUICK_JIT}"]
 
 
 class StandaloneCluster:
@@ -41,6 +46,9 @@ class StandaloneCluster:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         # Small daemons: the Master and Workers only schedule; the executors do the work.
         env |= {"SPARK_HOME": str(self.spark_home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": "256m"}
+        # C1 only, as the factory's own sessions (pipelines/jvm_options.py): on 2 cores, C2 spends
+        # the cores the tests' short jobs need.
+        env["SPARK_DAEMON_JAVA_OPTS"] = QUICK_JIT
         return env | extra
 
     def _start(self, name: str, args: list[str], extra: dict[str, str]) -> None:

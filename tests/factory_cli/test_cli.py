@@ -16,6 +16,7 @@ from lakehouse.commit import find_run_snapshot, snapshot_stats
 from lakehouse.lease import LEASE_FILE
 from lakehouse.lease import TIMEOUT as LEASE_TIMEOUT
 from tests.conftest import REPO, run_factory
+from tests.spark_cluster import QUICK_JIT_SUBMIT
 
 
 def write_corpus(folder: Path, n: int = 5) -> Path:
@@ -142,7 +143,7 @@ def test_spark_submit_runs_the_job_file(factory_home, tmp_path):
     spark_submit = venv_bin / "spark-submit"
     activated = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"}  # as after `activate`
     proc = subprocess.run(
-        [str(spark_submit), "--master", "local[2]", "pipelines/ingest.py", "--source", "web", "--format", "jsonl",
+        [str(spark_submit), "--master", "local[2]", *QUICK_JIT_SUBMIT, "pipelines/ingest.py", "--source", "web", "--format", "jsonl",
          str(corpus), "--output", "raw.submitted"],
         cwd=REPO, env=activated, capture_output=True, text=True, timeout=300,
     )  # fmt: skip

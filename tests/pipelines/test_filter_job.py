@@ -22,6 +22,7 @@ from pipelines.filter import FilterOptions, filter_documents
 from quality.config import load_config
 from tests.conftest import REPO, run_factory
 from tests.documents import prose
+from tests.spark_cluster import QUICK_JIT_SUBMIT
 
 # Thresholds chosen so each bad document below is dropped by a different filter, and one
 # makes datatrove's Gopher quality filter raise (no minimum word count: it divides by zero).
@@ -239,7 +240,7 @@ def test_spark_submit_gives_the_same_output_on_one_core(spark, catalog, config_f
     filter_documents(spark, catalog, FilterOptions("raw.web", "local2.web", config_file))
     venv_bin = Path(sys.executable).parent
     proc = subprocess.run(
-        [str(venv_bin / "spark-submit"), "--master", "local[1]", "pipelines/filter.py", "--input", "raw.web",
+        [str(venv_bin / "spark-submit"), "--master", "local[1]", *QUICK_JIT_SUBMIT, "pipelines/filter.py", "--input", "raw.web",
          "--output", "local1.web", "--config", config_file],
         cwd=REPO, env={**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"},
         capture_output=True, text=True, timeout=300,

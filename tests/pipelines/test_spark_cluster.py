@@ -20,7 +20,7 @@ from tests.conftest import REPO
 from tests.documents import prose
 from tests.pipelines.dedup_corpus import planted_corpus
 from tests.pipelines.test_filter_job import BAD, CONFIG
-from tests.spark_cluster import StandaloneCluster
+from tests.spark_cluster import QUICK_JIT_SUBMIT, StandaloneCluster
 
 DECOY = "raise ImportError('the Worker imported its own {name}, not the code the driver runs')\n"
 
@@ -53,6 +53,7 @@ def spark_submit(cluster: StandaloneCluster, job: str, *args: str) -> subprocess
     venv_bin = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}", "SPARK_LOCAL_IP": "127.0.0.1"}
     command = [str(venv_bin / "spark-submit"), "--master", cluster.url, "--conf", "spark.executor.memory=512m"]
+    command += QUICK_JIT_SUBMIT
     proc = subprocess.run(
         [*command, f"pipelines/{job}.py", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
     )
