@@ -24,9 +24,10 @@ from pyspark.sql import DataFrame
 
 from lakehouse.columns import TARGET_COLUMN
 from lakehouse.commit import StagedFile
+from lakehouse.file_sizes import TARGET_FILE_BYTES, target_file_bytes
 from lakehouse.local_files import sync_file, sync_folders
 
-REPORT_SCHEMA = "target string, path string, records long, counts string"
+REPORT_SCHEMA = "target string, path string, records long, counts string, bytes long"
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,13 @@ class Target:
     schema: pa.Schema
     io_properties: Mapping[str, str] = field(repr=False)  # may hold the store's keys
     count_column: str | None = None  # report the number of rows per value of this column (written or not)
+    file_bytes: int = TARGET_FILE_BYTES  # the table's target data file size (``lakehouse.file_sizes``)
 
     @classmethod
     def for_table(cls, table: Table, prefix: str, schema: pa.Schema, count_column: str | None = None) -> Target:
         # The catalog's own connection string is not needed to write files; keep it off the executors.
         io_properties = {k: v for k, v in table.io.properties.items() if k != "uri"}
-        return cls(prefix, schema, io_properties, count_column)
+        return cls(prefix, schema, io_properties, count_column, target_file_bytes(table.properties))
 
 
 @dataclass
@@ -51,6 +53,7 @@ class StagedOutput:
 
     files: list[StagedFile]
     counts: Counter[str]
+    sizes: dict[str, int] = field(default_factory=dict)  # bytes of each file, by path
 
     @property
     def records(self) -> int:
@@ -80,6 +83,7 @@ def staged_outputs(rows: Iterable, targets: Mapping[str, Target]) -> dict[str, S
         out = outputs[row.target]
         out.files.append(StagedFile(row.path, row.records))
         out.counts.update(json.loads(row.counts))
+        out.sizes[row.path] = row.bytes
     return outputs
 
 
@@ -118,8 +122,10 @@ def write_partition(
                     values = rows.column(target.count_column).to_pylist()
                     counts[name].update(str(v) for v in values)
         maybe_fail("task-after-write")
-        for stream, writer, path in open_files.values():
+        sizes = {}
+        for name, (stream, writer, path) in open_files.items():
             writer.close()
+            sizes[name] = stream.tell()
             stream.close()
             _make_durable(path)
     except BaseException:
@@ -133,6 +139,7 @@ def write_partition(
             "path": path,
             "records": records[name],
             "counts": json.dumps(counts[name]),
+            "bytes": sizes[name],
         }
         yield pa.RecordBatch.from_pylist([report])
 
