@@ -24,10 +24,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
+from lakehouse.combine import combine_files
 from lakehouse.commit import StagedFile
+from lakehouse.errors import CommitError
 from lakehouse.file_sizes import consecutive_groups
 from pipelines.staging import REPORT_SCHEMA, StagedOutput, Target
 
@@ -69,7 +70,9 @@ def coalesce_outputs(
                 continue
             row = by_first[group[0].path]
             if row.records != sum(f.records for f in group):  # a combined file holds exactly its run's rows
-                raise RuntimeError(f"combining {len(group)} staged files gave {row.records} rows, not their sum")
+                raise CommitError(
+                    f"combining {len(group)} staged files gave {row.records} rows, not their sum; nothing was committed"
+                )
             out.files.append(StagedFile(row.path, row.records))
             out.sizes[row.path] = row.bytes
         combined[name] = out
@@ -96,33 +99,11 @@ def _merge_task(merges: list[_Merge], targets: dict[str, Target]):
 
 
 def merge_files(paths: Sequence[str], target: Target) -> tuple[str, int, int]:
-    """Write the rows of ``paths``, in order and row group by row group, to one new file under
-    ``target.prefix`` named after the first; returns its path, rows and bytes."""
-    from pyiceberg.io.pyarrow import PyArrowFileIO
-
-    from pipelines.staging import _discard, _make_durable
-
-    io = PyArrowFileIO(dict(target.io_properties))
+    """Combine ``paths`` into one new file under ``target.prefix`` named after the first (so it
+    sorts where they did); returns its path, rows and bytes."""
     found = _PART.search(paths[0].rsplit("/", 1)[-1])
-    part = found.group(1) if found else "00000"
-    path = f"{target.prefix}/part-{part}-c-{uuid.uuid4().hex[:8]}.parquet"
-    stream = io.new_output(path).create()
-    writer = pq.ParquetWriter(stream, target.schema, compression="zstd")
-    records = 0
-    try:
-        for source in paths:
-            parquet = pq.ParquetFile(io.new_input(source).open())
-            for group in range(parquet.metadata.num_row_groups):
-                table = parquet.read_row_group(group).cast(target.schema)
-                writer.write_table(table)
-                records += table.num_rows
-        writer.close()
-        size = stream.tell()
-        stream.close()
-        _make_durable(path)
-    except BaseException:
-        _discard(stream, writer, path, target.io_properties)
-        raise
+    path = f"{target.prefix}/part-{found.group(1) if found else '00000'}-c-{uuid.uuid4().hex[:8]}.parquet"
+    records, size = combine_files(paths, path, target.schema, target.io_properties)
     return path, records, size
 
 

@@ -23,9 +23,9 @@ from pyiceberg.table import Table
 from pyspark.sql import DataFrame
 
 from lakehouse.columns import TARGET_COLUMN
+from lakehouse.combine import make_durable
 from lakehouse.commit import StagedFile
 from lakehouse.file_sizes import TARGET_FILE_BYTES, target_file_bytes
-from lakehouse.local_files import sync_file, sync_folders
 
 REPORT_SCHEMA = "target string, path string, records long, counts string, bytes long"
 
@@ -127,7 +127,7 @@ def write_partition(
             writer.close()
             sizes[name] = stream.tell()
             stream.close()
-            _make_durable(path)
+            make_durable(path)
     except BaseException:
         # A failed attempt's files are never committed: free their space now (a disk may be full).
         for name, (stream, writer, path) in open_files.items():
@@ -142,17 +142,6 @@ def write_partition(
             "bytes": sizes[name],
         }
         yield pa.RecordBatch.from_pylist([report])
-
-
-def _make_durable(path: str) -> None:
-    """Sync a staged local file and the folders made for it before the driver may commit it.
-
-    Object stores need nothing: an object appears only once its upload has completed."""
-    if "://" in path and not path.startswith("file://"):
-        return
-    local = path.removeprefix("file://")
-    sync_file(local)
-    sync_folders(local)
 
 
 def _discard(stream, writer: pq.ParquetWriter, path: str, io_properties: Mapping[str, str]) -> None:

@@ -15,7 +15,7 @@ def test_the_table_property_is_honoured_and_the_default_is_128_mib():
     assert target_file_bytes({}) == TARGET_FILE_BYTES == 128 << 20
     assert target_file_bytes({"write.target-file-size-bytes": "1000"}) == 1000
     for bad in ("0", "-5", "lots"):
-        with pytest.raises(InputError, match="write.target-file-size-bytes"):
+        with pytest.raises(InputError, match=r"write\.target-file-size-bytes"):
             target_file_bytes({"write.target-file-size-bytes": bad})
 
 
