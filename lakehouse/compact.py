@@ -128,6 +128,17 @@ def compact_table(
     )
 
 
+def data_snapshot(table: Table, snapshot: Snapshot) -> Snapshot:
+    """The snapshot whose summary says how ``snapshot``'s rows were made: ``snapshot`` itself, or,
+    through compactions (``replace``: same rows as the parent), the one they compacted."""
+    while snapshot.summary is not None and snapshot.summary.operation == Operation.REPLACE:
+        parent = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+        if parent is None:
+            break
+        snapshot = parent
+    return snapshot
+
+
 def live_data_files(table: Table, snapshot: Snapshot, name: str) -> list[DataFile]:
     """The data files ``snapshot`` reads, in path order; refuses a table with delete files, whose
     rows depend on more than its data files."""

@@ -15,7 +15,7 @@ from pyiceberg.table.snapshots import Operation
 from factory_cli.main import main
 from lakehouse.catalog import ensure_table
 from lakehouse.commit import Run, commit_files, snapshot_stats
-from lakehouse.compact import compact_table
+from lakehouse.compact import compact_table, data_snapshot
 from lakehouse.schemas import DOCUMENT_SCHEMA
 from tests.conftest import run_factory
 from tests.lakehouse.test_commit import stage
@@ -76,6 +76,7 @@ def test_small_files_become_one_replace_snapshot_with_the_same_rows_and_lineage(
     assert snapshot_stats(snapshot) == {"files-rewritten": 12, "files-written": 1, "records-rewritten": 240}
     assert _rows(catalog) == rows and len(_files(catalog)) == 1
     assert len(_files(catalog, before)) == 12 and _rows(catalog, before) == rows  # older snapshots unchanged
+    assert data_snapshot(table, snapshot).snapshot_id == before  # whose summary says how the rows were made
     # Lineage walks from the compaction to the snapshot it compacted, and on to both runs that made it.
     (compact,) = pipeline_runs(catalog, "raw.docs", snapshot.snapshot_id)
     assert compact["job"] == "compact" and compact["inputs"][0]["snapshot_id"] == before
