@@ -36,3 +36,21 @@ def test_first_fit_leaves_nothing_to_combine_a_second_time():
         assert all(t <= 100 or len(b) == 1 for t, b in zip(totals, bins, strict=True))
         # Packing the packed files again combines none of them.
         assert all(len(b) == 1 for b in first_fit_groups(list(range(len(totals))), totals, 100))
+
+
+def test_missing_files_lists_a_folder_of_many_and_names_exactly_the_missing(tmp_path):
+    from lakehouse.parquet import LIST_FOLDER_AT, missing_files
+
+    uris = []
+    for i in range(LIST_FOLDER_AT + 6):  # enough in one folder to be listed rather than asked about
+        path = tmp_path / "data" / f"part-{i:05d}.parquet"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"x")
+        uris.append(f"file://{path}" if i % 2 else str(path))
+    (tmp_path / "data" / "part-00003.parquet").unlink()
+    (tmp_path / "data" / "part-00010.parquet").unlink()
+    (tmp_path / "data" / "part-00011.parquet").unlink()
+    (tmp_path / "data" / "part-00011.parquet").mkdir()  # a folder where a file should be
+    few = [str(tmp_path / "elsewhere.parquet")]
+    assert missing_files(uris + few) == [uris[3], uris[10], uris[11], few[0]]
+    assert missing_files(uris[:2]) == []
