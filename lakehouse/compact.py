@@ -21,6 +21,7 @@ snapshot it compacted, so ``factory lineage`` walks through it to the runs that 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -227,11 +228,14 @@ def _commit(
                 "Run factory compact again."
             )
         added = [parquet_file_to_data_file(table.io, table.metadata, path) for path in written]
+        # The input is the head this snapshot replaces files of: lineage follows it to every run
+        # behind the rows, a writer's that committed while the files were being combined included.
+        applied_on = dataclasses.replace(run, inputs=[_compacted(run, _head(table, branch).snapshot_id)])
         try:
             with table.transaction() as tx:
                 producer = _ReplaceFiles(
                     operation=Operation.OVERWRITE, transaction=tx, io=table.io, branch=branch,
-                    snapshot_properties=run.summary(stats),
+                    snapshot_properties=applied_on.summary(stats),
                 )  # fmt: skip
                 with producer:
                     for group in groups:
@@ -253,6 +257,10 @@ def _commit(
         f"{name}: the compaction's commit failed {max_attempts} times because other writers kept changing the "
         f"table (last error: {last_error}). Nothing was committed; run factory compact again."
     )
+
+
+def _compacted(run: Run, snapshot_id: int) -> dict[str, object]:
+    return {**run.inputs[0], "snapshot_id": snapshot_id}
 
 
 def _head(table: Table, branch: str) -> Snapshot:

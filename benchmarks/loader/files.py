@@ -3,6 +3,7 @@
 
     .venv/bin/python benchmarks/loader/files.py                  # local and ray, 10 / 1,000 / 10,000 files
     .venv/bin/python benchmarks/loader/files.py --backends local --counts 10,10000
+    .venv/bin/python benchmarks/loader/files.py --home DIR   # again over DIR's tables (another version of the code)
 
 One command, same machine, same documents: the first 2,000 characters of each source file of the
 Python standard library (cycled to ``--docs`` documents), written as N Parquet files straight
@@ -10,7 +11,7 @@ through pyarrow and committed to an Iceberg table with one ``add_files`` (so a t
 tiny files costs one commit, as a job's would), then pinned as a one-component manifest. Each
 measurement runs in a fresh process: ``StreamingLoader`` construction, the first batch, then
 ``--batches`` more; it prints seconds to construct, seconds from construction to the first
-batch, the rate of the batches after it, and peak resident memory of the loader's process
+batch, the tokens/s of the batches after it (about one pass over the table), and peak resident memory of the loader's process
 (and of Ray's workers, with ``backend="ray"``). The baseline is the 10-file table: each row's
 ratio to it shows what the file count costs.
 """
@@ -119,7 +120,7 @@ def measure(home: Path, backend: str, files: int, batches: int, seq_len: int, ba
         "files": files,
         "construct_s": constructed,
         "first_batch_s": first,
-        "batches_per_s": batches / rest if rest else None,
+        "tokens_per_s": batches * seq_len * batch / rest if rest else None,
         "peak_rss_mb": sampler.peak_self / 2**20,
         "peak_ray_workers_rss_mb": sampler.peak_workers / 2**20,
     }
@@ -137,14 +138,14 @@ def report(results: dict) -> str:
         )
     lines += [
         "",
-        f"{'backend':8} {'files':>6} {'construct':>10} {'1st batch':>10} {'vs 10':>6} {'batches/s':>10} "
+        f"{'backend':8} {'files':>6} {'construct':>10} {'1st batch':>10} {'vs 10':>6} {'tokens/s':>10} "
         f"{'RSS MB':>7} {'vs 10':>6} {'workers MB':>11}",
     ]
     for m in results["measurements"]:
         base = next(b for b in results["measurements"] if b["backend"] == m["backend"])
         lines.append(
             f"{m['backend']:8} {m['files']:>6} {m['construct_s']:>9.2f}s {m['first_batch_s']:>9.2f}s "
-            f"{m['first_batch_s'] / base['first_batch_s']:>6.2f} {m['batches_per_s'] or 0:>10.1f} "
+            f"{m['first_batch_s'] / base['first_batch_s']:>6.2f} {m['tokens_per_s'] or 0:>10,.0f} "
             f"{m['peak_rss_mb']:>7.0f} {m['peak_rss_mb'] / base['peak_rss_mb']:>6.2f} "
             f"{m['peak_ray_workers_rss_mb']:>11.0f}"
         )
@@ -170,7 +171,10 @@ def main() -> int:
     parser.add_argument("--counts", default="10,1000,10000", help="file counts, comma-separated (first: baseline)")
     parser.add_argument("--docs", type=int, default=10_000, help="documents in every table")
     parser.add_argument("--backends", default="local,ray", help="comma-separated: local, ray")
-    parser.add_argument("--batches", type=int, default=20, help="batches timed after the first")
+    parser.add_argument(
+        "--batches", type=int, default=150,
+        help="batches timed after the first (150: about one pass over the default table, read-ahead included)",
+    )  # fmt: skip
     parser.add_argument("--vocab", type=int, default=4096, help="tokenizer vocabulary")
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--batch", type=int, default=16, help="global batch size (sequences)")
@@ -186,7 +190,12 @@ def main() -> int:
     counts = [int(c) for c in args.counts.split(",")]
     home = args.home or Path(tempfile.mkdtemp(prefix="loader-files-"))
     print(f"working in {home} on {os.cpu_count()} CPU(s); load {os.getloadavg()[0]:.1f}", flush=True)
-    setup = prepare(home, counts, args.docs, args.vocab)
+    if (home / "setup.json").exists():  # the tables of an earlier run (e.g. to compare two versions of the code)
+        setup = json.loads((home / "setup.json").read_text())
+        setup["tables"] = {int(n): t for n, t in setup["tables"].items()}
+    else:
+        setup = prepare(home, counts, args.docs, args.vocab)
+        (home / "setup.json").write_text(json.dumps(setup))
     print(json.dumps(setup["tables"]), flush=True)
     common = ["--batches", str(args.batches), "--seq-len", str(args.seq_len), "--batch", str(args.batch)]
     common += ["--shuffle-window", str(args.shuffle_window)]

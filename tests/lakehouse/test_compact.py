@@ -152,3 +152,6 @@ def test_a_writer_committing_during_a_compaction_keeps_its_rows(catalog, factory
     ids = [r["doc_id"] for r in _rows(catalog)]
     assert len(ids) == 100 and sum(i.startswith("ingest-b") for i in ids) == 20
     assert len(_files(catalog)) == 2  # the four compacted into one, and the new one
+    # Lineage reaches the writer that committed meanwhile, behind the compaction.
+    (compact,) = pipeline_runs(catalog, "raw.docs", catalog.load_table(TABLE).current_snapshot().snapshot_id)
+    assert [r["run_id"] for r in compact["inputs"][0]["runs"]] == ["ingest-b", "ingest-a"]
