@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lineage": ("factory_cli.lineage", "show which data, pipeline runs and raw inputs made a checkpoint"),
     "ui": ("factory_cli.ui", "serve a read-only web UI over tables, documents, clusters, runs and lineage"),
     "gc": ("factory_cli.gc", "remove staged files of runs that never committed"),
+    "compact": ("factory_cli.compact", "rewrite a table's small data files as fewer, in one replace snapshot"),
     "demo": ("factory_cli.demo", "run the chain on the embedded default with a built-in corpus"),
 }
 

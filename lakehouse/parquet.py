@@ -90,14 +90,30 @@ def open_parquet(uri: str, label: str, properties: Mapping[str, str] = _NONE) ->
         raise DataFileError(f"{label}: cannot read data file {uri}: {exc}") from exc
 
 
+LIST_FOLDER_AT = 64
+
+
 def missing_files(uris: Sequence[str], properties: Mapping[str, str] = _NONE) -> list[str]:
-    """The URIs among ``uris`` that do not exist as files (one listing call per filesystem)."""
-    by_fs: dict[int, tuple[pafs.FileSystem, list[tuple[str, str]]]] = {}
+    """The URIs among ``uris`` that do not exist as files.
+
+    A folder holding ``LIST_FOLDER_AT`` or more of them is listed once (an object store pages a
+    listing 1,000 names a request) rather than asked about each file: a snapshot of thousands of
+    small files is checked in a few requests. What a listing does not show is asked about itself."""
+    by_folder: dict[tuple[int, str], tuple[pafs.FileSystem, list[tuple[str, str]]]] = {}
     for uri in uris:
         fs, path = split_uri(uri, properties)
-        by_fs.setdefault(id(fs), (fs, []))[1].append((uri, path))
+        by_folder.setdefault((id(fs), path.rpartition("/")[0]), (fs, []))[1].append((uri, path))
+    unlisted: dict[int, tuple[pafs.FileSystem, list[tuple[str, str]]]] = {}
+    for (fs_id, folder), (fs, entries) in by_folder.items():
+        if len(entries) >= LIST_FOLDER_AT and folder:
+            listing = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+            present = {info.path for info in listing if info.type == pafs.FileType.File}
+            entries = [(uri, path) for uri, path in entries if path not in present]
+        if entries:
+            unlisted.setdefault(fs_id, (fs, []))[1].extend(entries)
     missing = []
-    for fs, entries in by_fs.values():
+    for fs, entries in unlisted.values():
         infos = fs.get_file_info([path for _, path in entries])
         missing.extend(uri for (uri, _), info in zip(entries, infos, strict=True) if info.type != pafs.FileType.File)
-    return missing
+    order = {uri: i for i, uri in enumerate(uris)}
+    return sorted(missing, key=order.__getitem__)

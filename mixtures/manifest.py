@@ -8,10 +8,11 @@ lineage can say exactly which data a run saw.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -155,9 +156,10 @@ class Manifest:
             f"provenance must be an object, got {self.provenance!r}",
         )
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> str:
-        """sha256 of the canonical JSON of everything that defines the stream."""
+        """sha256 of the canonical JSON of everything that defines the stream (computed once: a
+        manifest of many files takes a while, and it cannot change)."""
         return _fingerprint(self.to_dict())
 
     def component(self, name: str) -> ComponentManifest:
@@ -167,7 +169,7 @@ class Manifest:
         raise ManifestError(f"no component named {name!r} in manifest {self.name!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = _plain(self)
         if not data["provenance"]:
             del data["provenance"]
         data["fingerprint"] = None  # placeholder keeps the key order stable; filled by to_json
@@ -249,12 +251,39 @@ def _component(data: Any, index: int) -> ComponentManifest:
 def _keys(cls: type, data: Any, where: str) -> dict[str, Any]:
     """``data`` if it is an object holding every required field of ``cls`` and nothing else."""
     _require(isinstance(data, dict), f"{where} must be an object, got {type(data).__name__}")
-    known = {f.name: f for f in fields(cls)}
-    missing = [n for n, f in known.items() if n not in data and f.default is MISSING and f.default_factory is MISSING]
+    known, required = _field_names(cls)
+    missing = [n for n in required if n not in data]
     _require(not missing, f"{where}: missing key(s) {', '.join(missing)}")
-    unknown = sorted(set(data) - set(known))
+    unknown = sorted(set(data) - known)
     _require(not unknown, f"{where}: unknown key(s) {', '.join(unknown)}")
     return data
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[frozenset[str], tuple[str, ...]]:
+    """A dataclass's field names, and those without a default (asked once per file of a manifest)."""
+    known = fields(cls)
+    required = tuple(f.name for f in known if f.default is MISSING and f.default_factory is MISSING)
+    return frozenset(f.name for f in known), required
+
+
+def _plain(value: Any) -> Any:
+    """``dataclasses.asdict`` without its deep copy of every leaf, which costs most of the time of a
+    manifest of many files; the values here are JSON's (strings, numbers, lists, objects)."""
+    if isinstance(value, (str, int, float, type(None))):
+        return value
+    if is_dataclass(value) and not isinstance(value, type):
+        return {name: _plain(getattr(value, name)) for name in _ordered_fields(type(value))}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+@functools.cache
+def _ordered_fields(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
 
 
 def _require(condition: bool, message: str) -> None:

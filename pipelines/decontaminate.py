@@ -45,6 +45,7 @@ from lakehouse.schemas import (
     file_schema,
     require_columns,
 )
+from pipelines.coalesce import coalesce_outputs
 from pipelines.read_units import ReadUnit, plan_units
 from pipelines.spark_session import snapshot_files
 from pipelines.staging import REPORT_SCHEMA, Target, staged_outputs
@@ -162,7 +163,7 @@ def _mark_and_stage(
     schema = arrow_schema(snapshot_schema(source, pinned.snapshot_id))
     task = _task(units, tasks, schema, io_properties, suites, n, run.run_id, targets)
     reports = spark.range(0, tasks, 1, tasks).mapInArrow(task, REPORT_SCHEMA).collect()
-    written = staged_outputs(reports, targets)
+    written = coalesce_outputs(spark, staged_outputs(reports, targets), targets)
     kept, refused = written["documents"], written["quarantine"]
     stats = {"documents-in": kept.records + refused.records, "kept": kept.records, "quarantined": refused.records}
     stats.update({f"contaminated.{suite}": refused.counts.get(suite, 0) for suite in suites})

@@ -48,6 +48,7 @@ from lakehouse.catalog import ensure_table, resolve, snapshot_schema
 from lakehouse.columns import DOCUMENT_COLUMNS, TARGET_COLUMN
 from lakehouse.commit import CommitResult, Run, existing_commits, record_count
 from lakehouse.errors import InputError
+from lakehouse.file_sizes import target_file_bytes
 from lakehouse.refs import PinnedRef, format_identifier, parse_identifier
 from lakehouse.run_binding import RunOutput, commit_run, find_run_commits
 from lakehouse.schemas import CLUSTERS_SCHEMA, file_schema, require_columns
@@ -63,9 +64,9 @@ from pipelines.staging import Target, write_staged
 
 log = logging.getLogger("factory.dedup")
 
-# As ingest: output files are sized from the data, never from the cluster, so the same input
-# gives the same files (rows hash-partitioned and sorted by doc_id) whatever the parallelism.
-OUTPUT_FILE_BYTES = 128 << 20
+# As ingest: output files are sized from the data (to the table's target file size), never from
+# the cluster, so the same input gives the same files (rows hash-partitioned and sorted by doc_id)
+# whatever the parallelism.
 CLUSTER_ROWS_PER_FILE = 4_000_000
 # Key sets up to this size are broadcast to filter big tables without shuffling them, and the
 # texts of compared documents up to this many bytes are broadcast rather than shuffled.
@@ -169,7 +170,7 @@ def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupRes
         decided, stats = work.run()
         n_rows = max(1, math.ceil(stats["documents-in"] / CLUSTER_ROWS_PER_FILE))
         cluster_rows = work.cluster_rows(decided, stats).repartition(n_rows, "doc_id").sortWithinPartitions("doc_id")
-        n_files = max(1, math.ceil(stats["bytes-kept"] / OUTPUT_FILE_BYTES))
+        n_files = max(1, math.ceil(stats["bytes-kept"] / target_file_bytes(documents.properties)))
         kept_docs = _kept_documents(docs, decided, inputs.schema, n_files)
         # The clusters table's jobs are small and mostly one task each (a chain of broadcasts for
         # the similarities): the documents' write uses the cores they leave idle.

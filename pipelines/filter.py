@@ -54,6 +54,7 @@ from lakehouse.schemas import (
     file_schema,
     require_columns,
 )
+from pipelines.coalesce import coalesce_outputs
 from pipelines.read_units import ReadUnit, plan_units
 from pipelines.spark_session import read_snapshot, snapshot_files
 from pipelines.staging import REPORT_SCHEMA, Target, staged_outputs
@@ -267,7 +268,7 @@ def _filter_and_commit(job: _Job, start_audit: bool) -> tuple[Snapshot, Snapshot
     task = _filter_task(units, tasks, arrow_schema(snapshot_schema(job.source, job.pinned.snapshot_id)),
                         io_properties, job.config, job.run.run_id, targets)  # fmt: skip
     reports = job.spark.range(0, tasks, 1, tasks).mapInArrow(task, REPORT_SCHEMA).collect()
-    written = staged_outputs(reports, targets)
+    written = coalesce_outputs(job.spark, staged_outputs(reports, targets), targets)
     kept, refused = written["documents"], written["quarantine"]
     stats = {"documents-in": kept.records + refused.records, "kept": kept.records, "quarantined": refused.records}
     stats.update(drop_stats(refused.counts))

@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from lakehouse.catalog import ensure_table
 from lakehouse.columns import DOCUMENT_COLUMNS, TARGET_COLUMN
 from lakehouse.commit import CommitResult, Run, existing_commits
+from lakehouse.file_sizes import target_file_bytes
 from lakehouse.refs import format_identifier, parse_identifier, quarantine_identifier
 from lakehouse.run_binding import RunOutput, check_run_commits, commit_run, run_snapshots
 from lakehouse.schemas import (
@@ -48,9 +49,9 @@ log = logging.getLogger("factory.ingest")
 # empty). A retry that finishes the run reuses it, so it refuses exactly what the run refused.
 EXISTING_IDS = "factory.existing-ids-snapshot"
 
-# Output files are sized from the input, never from the cluster, so the same input gives the
-# same files (rows hash-partitioned and sorted by doc_id) whatever the parallelism.
-OUTPUT_FILE_BYTES = 128 << 20
+# Output files are sized from the input (to the table's target file size, ``lakehouse.file_sizes``),
+# never from the cluster, so the same input gives the same files (rows hash-partitioned and sorted
+# by doc_id) whatever the parallelism.
 # Rows per Arrow batch handed from a reading task to Spark, and the bytes that end one early.
 BATCH_ROWS, BATCH_BYTES = 512, 16 << 20
 
@@ -130,7 +131,7 @@ def ingest(spark: SparkSession, catalog: Catalog, opts: IngestOptions) -> Ingest
     )  # fmt: skip
 
     parsed = _parse(spark, files, opts.fmt, opts.records)
-    n_out = max(1, math.ceil(total_bytes / OUTPUT_FILE_BYTES))
+    n_out = max(1, math.ceil(total_bytes / target_file_bytes(documents.properties)))
     marked = _mark_duplicate_ids(spark, parsed.repartition(n_out, "doc_id"), documents, existing_ids, opts.output)
     routed = (
         marked.withColumn(TARGET_COLUMN, F.when(F.col("reason").isNull(), "documents").otherwise("quarantine"))

@@ -23,10 +23,11 @@ from pyiceberg.table import Table
 from pyspark.sql import DataFrame
 
 from lakehouse.columns import TARGET_COLUMN
+from lakehouse.combine import make_durable
 from lakehouse.commit import StagedFile
-from lakehouse.local_files import sync_file, sync_folders
+from lakehouse.file_sizes import TARGET_FILE_BYTES, target_file_bytes
 
-REPORT_SCHEMA = "target string, path string, records long, counts string"
+REPORT_SCHEMA = "target string, path string, records long, counts string, bytes long"
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,13 @@ class Target:
     schema: pa.Schema
     io_properties: Mapping[str, str] = field(repr=False)  # may hold the store's keys
     count_column: str | None = None  # report the number of rows per value of this column (written or not)
+    file_bytes: int = TARGET_FILE_BYTES  # the table's target data file size (``lakehouse.file_sizes``)
 
     @classmethod
     def for_table(cls, table: Table, prefix: str, schema: pa.Schema, count_column: str | None = None) -> Target:
         # The catalog's own connection string is not needed to write files; keep it off the executors.
         io_properties = {k: v for k, v in table.io.properties.items() if k != "uri"}
-        return cls(prefix, schema, io_properties, count_column)
+        return cls(prefix, schema, io_properties, count_column, target_file_bytes(table.properties))
 
 
 @dataclass
@@ -51,6 +53,7 @@ class StagedOutput:
 
     files: list[StagedFile]
     counts: Counter[str]
+    sizes: dict[str, int] = field(default_factory=dict)  # bytes of each file, by path
 
     @property
     def records(self) -> int:
@@ -80,6 +83,7 @@ def staged_outputs(rows: Iterable, targets: Mapping[str, Target]) -> dict[str, S
         out = outputs[row.target]
         out.files.append(StagedFile(row.path, row.records))
         out.counts.update(json.loads(row.counts))
+        out.sizes[row.path] = row.bytes
     return outputs
 
 
@@ -118,10 +122,12 @@ def write_partition(
                     values = rows.column(target.count_column).to_pylist()
                     counts[name].update(str(v) for v in values)
         maybe_fail("task-after-write")
-        for stream, writer, path in open_files.values():
+        sizes = {}
+        for name, (stream, writer, path) in open_files.items():
             writer.close()
+            sizes[name] = stream.tell()
             stream.close()
-            _make_durable(path)
+            make_durable(path)
     except BaseException:
         # A failed attempt's files are never committed: free their space now (a disk may be full).
         for name, (stream, writer, path) in open_files.items():
@@ -133,19 +139,9 @@ def write_partition(
             "path": path,
             "records": records[name],
             "counts": json.dumps(counts[name]),
+            "bytes": sizes[name],
         }
         yield pa.RecordBatch.from_pylist([report])
-
-
-def _make_durable(path: str) -> None:
-    """Sync a staged local file and the folders made for it before the driver may commit it.
-
-    Object stores need nothing: an object appears only once its upload has completed."""
-    if "://" in path and not path.startswith("file://"):
-        return
-    local = path.removeprefix("file://")
-    sync_file(local)
-    sync_folders(local)
 
 
 def _discard(stream, writer: pq.ParquetWriter, path: str, io_properties: Mapping[str, str]) -> None:

@@ -17,7 +17,7 @@ the first batch comes quickly however many sub-streams a rank serves.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -107,6 +107,10 @@ class StreamPlan:
     catalog: str = ""
     """The name of the catalog the manifest was pinned in: readers open the data files with the
     FileIO properties their own pyiceberg configuration gives it (``file_io_properties``)."""
+    _epochs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """A cache of ``_epoch_files`` (no part of the plan: not compared, emptied when it grows)."""
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
@@ -186,6 +190,21 @@ class StreamPlan:
                 position += count
             epoch, position = epoch + 1, 0
 
+    def _epoch_files(self, component: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """The epoch's file order and the row where each file starts in it (and the end), computed
+        once per component and epoch: a unit then costs O(log files), not O(files), so a snapshot
+        of many small files does not slow every unit down."""
+        key = (component, epoch)
+        found = self._epochs.get(key)
+        if found is None:
+            counts = np.asarray(self.components[component].counts, dtype=np.int64)
+            order = self.file_order(component, epoch)
+            found = order, np.concatenate([[0], np.cumsum(counts[order])]).astype(np.int64)
+            if len(self._epochs) >= 2 * len(self.components):  # keep the epochs in use: a few per component
+                self._epochs.clear()
+            self._epochs[key] = found
+        return found
+
     def positions(self, unit: Unit) -> tuple[int, int]:
         """Positions ``[first, end)`` of the shard's slice that ``unit`` covers."""
         return unit.first, unit.first + unit.count
@@ -207,9 +226,7 @@ class StreamPlan:
 
     def rows_to_segments(self, component: int, epoch: int, begin: int, end: int) -> list[Segment]:
         """Rows ``[begin, end)`` of an epoch's concatenation, as pieces of files."""
-        counts = self.components[component].counts
-        order = self.file_order(component, epoch)
-        bounds = np.concatenate([[0], np.cumsum([counts[i] for i in order])]).astype(np.int64)
+        order, bounds = self._epoch_files(component, epoch)
         found = []
         i = int(np.searchsorted(bounds, begin, side="right")) - 1
         while begin < end:

@@ -14,6 +14,7 @@ from pyiceberg.table import Table
 
 from lakehouse.catalog import load_table
 from lakehouse.commit import summary_properties
+from lakehouse.compact import data_snapshot
 from lakehouse.refs import parse_identifier
 from pipelines.minhash import MinHashConfig, estimated_similarity, signatures
 from pipelines.shingles import ShingleConfig, shingle
@@ -65,7 +66,8 @@ def cluster_members(catalog, table: Table, snapshot_id: int, cluster_id: str) ->
     rows = table.scan(snapshot_id=snapshot_id, row_filter=EqualTo("cluster_id", cluster_id)).to_arrow().to_pylist()
     if not rows:
         raise NotFound(f"no cluster {cluster_id!r} in this snapshot")
-    props = summary_properties(table.snapshot_by_id(snapshot_id))
+    # The dedup run that made these rows, through any compaction since (its params, its inputs).
+    props = summary_properties(data_snapshot(table, table.snapshot_by_id(snapshot_id)))
     params = json.loads(props.get("factory.params", "{}"))
     sources = [
         (entry["table"], int(entry["snapshot_id"]))

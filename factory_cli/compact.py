@@ -1,0 +1,51 @@
+"""``factory compact``: rewrite a table's small data files as fewer, in one Iceberg ``replace``
+snapshot (``lakehouse.compact``; docs/architecture.md, "File sizes")."""
+
+from __future__ import annotations
+
+import argparse
+
+from factory_cli.arguments import add_run_id_argument
+from lakehouse.catalog import load_catalog
+from lakehouse.commit import MAIN_BRANCH
+from lakehouse.compact import compact_table
+from lakehouse.errors import InputError
+from lakehouse.refs import parse_identifier
+
+DESCRIPTION = """\
+Combine the small data files of a table's branch head (smaller than 75 % of the table's
+target file size: the table property write.target-file-size-bytes, default 128 MiB) into
+files of about that size, and commit them as one snapshot with Iceberg's `replace`
+operation: the same rows, other files. The snapshot records the run (factory.job=compact)
+and, as its input, the snapshot it compacted, so `factory lineage` still reaches the runs
+that made the data. Older snapshots, and manifests pinned to them, are unchanged.
+
+Safe to repeat: a table with nothing to combine is left alone, and a retry with the same
+--run-id after the commit does nothing. A failure before the commit leaves the table as it
+was."""
+
+
+def add_arguments(parser: argparse.ArgumentParser, _name: str = "compact") -> None:
+    parser.description = DESCRIPTION
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("table", metavar="NS.TABLE", help="the table to compact")
+    parser.add_argument("--branch", default=MAIN_BRANCH, help="the branch whose head to compact (default: main)")
+    add_run_id_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    if "@" in args.table:
+        raise InputError(f"{args.table}: compact a table (and --branch), not a pinned snapshot")
+    identifier = parse_identifier(args.table)
+    result = compact_table(load_catalog(args.catalog), identifier, run_id=args.run_id, branch=args.branch)
+    if result.snapshot_id is None:
+        print(f"{result.table}: {result.files_before} file(s), nothing to combine")
+    elif result.already:
+        print(f"{result.table}: already compacted by this run as snapshot {result.snapshot_id}")
+    else:
+        print(
+            f"{result.table}: replaced {result.files_rewritten} small file(s) ({result.records_rewritten} records) "
+            f"by {result.files_after - result.files_before + result.files_rewritten}; "
+            f"{result.files_before} → {result.files_after} file(s), snapshot {result.snapshot_id}"
+        )
+    return 0
