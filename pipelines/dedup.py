@@ -20,6 +20,15 @@ Stages (each a plain function of ``dedup_stages``, ``minhash``, ``shingles`` run
 6. the kept document of each cluster: the longest text, then the smallest ``doc_id``; with
    ``--against``, a cluster that holds a reference document keeps none of the input's.
 
+Two plans run stages 2–6, with the same rules and the same output files (tested):
+
+- the driver plan, for inputs of up to ``DRIVER_DOCUMENTS`` documents: one job collects the
+  exact groups and LSH buckets that two or more documents share (a few rows per duplicate),
+  one fetches the texts of the candidate pairs, and the driver verifies, clusters and decides
+  (``dedup_local.py``); with the features pass and the two writes, five Spark jobs;
+- the distributed plan, for larger inputs: every stage a Spark job over the features, some
+  twenty jobs whose scheduling costs seconds, but nothing held per document on the driver.
+
 Outputs, both by the commit protocol: the kept documents (input columns plus ``cluster_id``)
 and the clusters table (every input document: its cluster, whether it was kept, what it
 duplicates, how it matched, and the similarity that justified it).

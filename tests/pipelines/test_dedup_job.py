@@ -343,24 +343,21 @@ def test_the_driver_plan_and_the_distributed_plan_write_the_same_tables(spark, c
     corpus, published = _mixed_corpus()
     write_table(catalog, "raw.mixed", corpus.docs)
     write_table(catalog, "dedup.published", published.docs)
-    results = {}
-    for plan, documents in (("driver", job.DRIVER_DOCUMENTS), ("spark", 0)):
+    cases = {"verified": (True, "dedup.published"), "unverified": (False, None)}
+    stats = {}
+    for plan, documents in (("driver", job.DRIVER_DOCUMENTS), ("spark", 0)):  # 0: no input fits the driver
         monkeypatch.setattr(job, "DRIVER_DOCUMENTS", documents)
-        for verify in (True, False):
-            for against in (None, "dedup.published"):
-                name = f"dedup.{plan}_{int(verify)}_{int(against is not None)}"
-                opts = DedupOptions(
-                    inputs=["raw.mixed"], output=name, against=against, config=DedupConfig(verify=verify)
-                )
-                results[name] = dedup(spark, catalog, opts).stats
+        for case, (verify, against) in cases.items():
+            opts = DedupOptions(
+                inputs=["raw.mixed"], output=f"dedup.{plan}_{case}", against=against, config=DedupConfig(verify=verify)
+            )
+            stats[plan, case] = dedup(spark, catalog, opts).stats
 
-    for verify in (0, 1):
-        for against in (0, 1):
-            driver, distributed = f"dedup.driver_{verify}_{against}", f"dedup.spark_{verify}_{against}"
-            assert results[driver] == results[distributed]
-            for suffix in ("", "_clusters"):
-                assert _layout(catalog, driver + suffix) == _layout(catalog, distributed + suffix)
-    stats = results["dedup.driver_1_1"]
-    assert stats["near-duplicates"] > 0 and stats["exact-duplicates"] > 0 and stats["against-duplicates"] > 0
-    assert stats["short-documents"] == 20 and stats["largest-cluster"] >= 2
-    assert results["dedup.driver_0_0"]["candidate-pairs"] > results["dedup.driver_1_0"]["verified-pairs"]
+    for case in cases:
+        assert stats["driver", case] == stats["spark", case]
+        for suffix in ("", "_clusters"):
+            assert _layout(catalog, f"dedup.driver_{case}{suffix}") == _layout(catalog, f"dedup.spark_{case}{suffix}")
+    verified, unverified = stats["driver", "verified"], stats["driver", "unverified"]
+    assert verified["near-duplicates"] > 0 and verified["exact-duplicates"] > 0 and verified["against-duplicates"] > 0
+    assert verified["short-documents"] == 20 and verified["largest-cluster"] >= 2
+    assert unverified["verified-pairs"] == unverified["candidate-pairs"] > verified["verified-pairs"]
