@@ -20,6 +20,15 @@ Stages (each a plain function of ``dedup_stages``, ``minhash``, ``shingles`` run
 6. the kept document of each cluster: the longest text, then the smallest ``doc_id``; with
    ``--against``, a cluster that holds a reference document keeps none of the input's.
 
+Two plans run stages 2–6, with the same rules and the same output files (tested):
+
+- the driver plan, for inputs of up to ``DRIVER_DOCUMENTS`` documents: one job collects the
+  exact groups and LSH buckets that two or more documents share (a few rows per duplicate),
+  one fetches the texts of the candidate pairs, and the driver verifies, clusters and decides
+  (``dedup_local.py``); with the features pass and the two writes, five Spark jobs;
+- the distributed plan, for larger inputs: every stage a Spark job over the features, some
+  twenty jobs whose scheduling costs seconds, but nothing held per document on the driver.
+
 Outputs, both by the commit protocol: the kept documents (input columns plus ``cluster_id``)
 and the clusters table (every input document: its cluster, whether it was kept, what it
 duplicates, how it matched, and the similarity that justified it).
@@ -35,6 +44,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
@@ -53,6 +63,17 @@ from lakehouse.refs import PinnedRef, format_identifier, parse_identifier
 from lakehouse.run_binding import RunOutput, commit_run, find_run_commits
 from lakehouse.schemas import CLUSTERS_SCHEMA, file_schema, require_columns
 from pipelines.connected_components import connected_components
+from pipelines.dedup_local import (
+    BUCKET_ANCHORS,
+    INPUT,
+    PAIRS_BUCKET_LIMIT,
+    REFERENCE,
+    Collisions,
+    Decision,
+    candidate_pairs,
+    decide,
+    decision_stats,
+)
 from pipelines.dedup_stages import (
     FEATURES_SCHEMA,
     DedupConfig,
@@ -76,15 +97,16 @@ BROADCAST_TEXT_BYTES = 64 << 20
 # counted from the data, so a small job runs few tasks and a big one many, whatever
 # spark.sql.shuffle.partitions says; the result does not depend on it either way.
 ROWS_PER_PARTITION = 2_000_000
-# LSH buckets up to this size give all their pairs as candidates; in a larger one each member is
-# paired with the bucket's BUCKET_ANCHORS smallest members (as NeMo Curator's anchor documents).
-PAIRS_BUCKET_LIMIT = 32
-BUCKET_ANCHORS = 4
-
-# Internal document key: the side ("0" reference, "1" input) then doc_id. Reference documents
-# sort first, so a cluster's smallest key tells whether it holds published data; input and
-# reference may share doc_ids (the same record, already published).
-REFERENCE, INPUT = "0", "1"
+# Inputs of up to this many documents (input and reference) are decided on the driver from their
+# collisions (``dedup_local``) in a few Spark jobs; larger ones by the distributed plan below,
+# whose some twenty jobs cost seconds of scheduling but hold nothing per document on the driver.
+# At a million documents the collisions are at most 17 million (key, length) rows (all of them
+# duplicates of each other), tens of megabytes in practice.
+DRIVER_DOCUMENTS = 1_000_000
+# ... and whose candidate pairs' texts, fetched to the driver to be verified, fit in this many bytes.
+DRIVER_TEXT_BYTES = 512 << 20
+# Candidate pairs verified per call on the driver: bounds the memory of the shingled texts.
+DRIVER_PAIRS_PER_CALL = 2_000
 
 
 @dataclass(frozen=True)
@@ -167,11 +189,12 @@ def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupRes
 
     work = _Work(spark, opts.config, _texts(spark, docs, inputs.reference), inputs.records)
     with session_conf(spark, NO_ADAPTIVE), work:
-        decided, stats = work.run()
+        outcome = work.run()
+        stats = outcome.stats
         n_rows = max(1, math.ceil(stats["documents-in"] / CLUSTER_ROWS_PER_FILE))
-        cluster_rows = work.cluster_rows(decided, stats).repartition(n_rows, "doc_id").sortWithinPartitions("doc_id")
+        cluster_rows = outcome.cluster_rows().repartition(n_rows, "doc_id").sortWithinPartitions("doc_id")
         n_files = max(1, math.ceil(stats["bytes-kept"] / target_file_bytes(documents.properties)))
-        kept_docs = _kept_documents(docs, decided, inputs.schema, n_files)
+        kept_docs = outcome.kept_documents(docs, inputs.schema, n_files)
         # The clusters table's jobs are small and mostly one task each (a chain of broadcasts for
         # the similarities): the documents' write uses the cores they leave idle.
         with ThreadPoolExecutor(1) as pool:
@@ -215,20 +238,81 @@ class _Work:
         self.band_parts = _partitions(records * cfg.minhash.band_rows[0])
         self._persisted: list[DataFrame] = []
 
-    def run(self) -> tuple[DataFrame, dict[str, int]]:
+    def run(self) -> _LocalOutcome | _SparkOutcome:
+        """Decide every document: on the driver when the input allows (``dedup_local``), else in Spark."""
         clock = _Clock()
-        exact = self._keep(
-            _features(self.texts, self.cfg)
-            .repartition(self.doc_parts, "_exact")
-            .withColumn("_rep", F.min("_key").over(Window.partitionBy("_exact")))
-        )
-        counts = exact.agg(
+        features = self._keep(_features(self.texts, self.cfg))
+        is_input = F.col("_key").startswith(INPUT)
+        counts = features.agg(
             F.count("*").alias("all"),
             F.coalesce(F.sum("_length"), F.lit(0)).alias("bytes"),
-            F.count(F.when(F.col("_key").startswith(INPUT) & F.col("_bands").isNull(), 1)).alias("short"),
+            F.count(F.when(is_input, 1)).alias("inputs"),
+            F.coalesce(F.sum(F.when(is_input, F.col("_length"))), F.lit(0)).alias("input_bytes"),
+            F.count(F.when(is_input & F.col("_bands").isNull(), 1)).alias("short"),
         ).first()
         self.mean_length = counts["bytes"] / max(1, counts["all"])
         log.info("dedup stage 1/4 (features): %d document(s) in %.1fs", counts["all"], clock.lap())
+        if counts["all"] <= DRIVER_DOCUMENTS:
+            outcome = self._run_local(features, counts, clock)
+            if outcome is not None:
+                return outcome
+        return self._run_distributed(features, counts, clock)
+
+    def _run_local(self, features: DataFrame, counts, clock: _Clock) -> _LocalOutcome | None:
+        """Candidates, verification and clusters on the driver, from the collected collisions;
+        None when the candidates' texts are too many to fetch (the distributed plan takes over)."""
+        collisions = _collect_collisions(features, self.doc_parts, self.band_parts)
+        rep = collisions.representatives()
+        candidates = candidate_pairs(collisions.buckets, rep)
+        log.info("dedup stage 2/4 (LSH buckets): %d candidate pair(s) in %.1fs", len(candidates), clock.lap())
+        nodes = {key for pair in candidates for key in pair}
+        if sum(collisions.length[key] for key in nodes) > DRIVER_TEXT_BYTES:
+            log.info("dedup: the candidates' texts exceed %d bytes; deciding in Spark", DRIVER_TEXT_BYTES)
+            return None
+        texts: dict[str, str] = {}
+        edges = candidates
+        if self.cfg.verify and candidates:
+            texts = self._fetch_texts(nodes)
+            jaccard = _compare_on_driver(self.cfg, candidates, texts)["jaccard"]
+            edges = [pair for pair, j in zip(candidates, jaccard, strict=True) if j >= self.cfg.minhash.threshold]
+            log.info(
+                "dedup stage 3/4 (verify): %d pair(s) at Jaccard ≥ %s in %.1fs",
+                len(edges),
+                self.cfg.minhash.threshold,
+                clock.lap(),
+            )
+        decisions = decide(collisions, rep, edges)
+        near = [d for d in decisions if d.match == "near"]
+        similarity: dict[str, tuple[float, float]] = {}
+        if near:
+            # Between the representatives of both exact groups, as the distributed plan does:
+            # with --verify they are candidates whose texts are at hand.
+            texts.update(self._fetch_texts({k for d in near for k in (d.rep, d.keeper_rep)} - texts.keys()))
+            sims = _compare_on_driver(self.cfg, [(d.rep, d.keeper_rep) for d in near], texts, estimate=True)
+            similarity = {
+                d.key: (float(e), float(j)) for d, e, j in zip(near, sims["estimate"], sims["jaccard"], strict=True)
+            }
+        stats = decision_stats(decisions, counts["inputs"], counts["input_bytes"], collisions.length)
+        stats.update(
+            {"short-documents": counts["short"], "candidate-pairs": len(candidates), "verified-pairs": len(edges)}
+        )
+        log.info("dedup stage 4/4 (clusters) decided on the driver in %.1fs: %s", clock.lap(), stats)
+        return _LocalOutcome(self.spark, features, decisions, similarity, stats)
+
+    def _fetch_texts(self, keys: set[str]) -> dict[str, str]:
+        """``_key`` → text of the given documents, read from the pinned snapshots (one Spark job)."""
+        if not keys:
+            return {}
+        wanted = self.spark.createDataFrame([(key,) for key in sorted(keys)], "_key string")
+        table = self.texts.join(F.broadcast(wanted), "_key", "left_semi").toArrow()
+        return dict(zip(table.column("_key").to_pylist(), table.column("text").to_pylist(), strict=True))
+
+    def _run_distributed(self, features: DataFrame, counts, clock: _Clock) -> _SparkOutcome:
+        exact = self._keep(
+            features.repartition(self.doc_parts, "_exact").withColumn(
+                "_rep", F.min("_key").over(Window.partitionBy("_exact"))
+            )
+        )
         candidates = self._keep(_candidates(_bucket_members(exact, self.band_parts), self.band_parts))
         n_candidates = candidates.count()
         log.info("dedup stage 2/4 (LSH buckets): %d candidate pair(s) in %.1fs", n_candidates, clock.lap())
@@ -249,7 +333,7 @@ class _Work:
         stats = _stats(decided)
         stats.update({"short-documents": counts["short"], "candidate-pairs": n_candidates, "verified-pairs": n_edges})
         log.info("dedup stage 4/4 (clusters) decided in %.1fs: %s", clock.lap(), stats)
-        return decided, stats
+        return _SparkOutcome(self, decided, stats)
 
     def cluster_rows(self, decided: DataFrame, stats: dict[str, int]) -> DataFrame:
         """One row per input document for the clusters table, with the similarity that justified it."""
@@ -339,6 +423,141 @@ class _Work:
         for df in self._persisted:
             df.unpersist()
         self._persisted.clear()
+
+
+class _SparkOutcome:
+    """The distributed plan's decisions: a DataFrame of every input document."""
+
+    def __init__(self, work: _Work, decided: DataFrame, stats: dict[str, int]):
+        self.work, self.decided, self.stats = work, decided, stats
+
+    def cluster_rows(self) -> DataFrame:
+        return self.work.cluster_rows(self.decided, self.stats)
+
+    def kept_documents(self, docs: DataFrame, schema: Schema, partitions: int) -> DataFrame:
+        return _kept_documents(docs, self.decided, schema, partitions)
+
+
+# The clusters table's columns as the local plan's tasks produce them (CLUSTERS_SCHEMA's types).
+_CLUSTER_ROW_FIELDS = (
+    ("doc_id", pa.string(), "string"),
+    ("cluster_id", pa.string(), "string"),
+    ("kept", pa.bool_(), "boolean"),
+    ("cluster_size", pa.int64(), "long"),
+    ("duplicate_of", pa.string(), "string"),
+    ("against", pa.bool_(), "boolean"),
+    ("match", pa.string(), "string"),
+    ("similarity", pa.float64(), "double"),
+    ("jaccard", pa.float64(), "double"),
+)
+
+
+class _LocalOutcome:
+    """The driver's decisions: rows for the documents in clusters; every other document is kept alone."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        features: DataFrame,
+        decisions: list[Decision],
+        similarity: dict[str, tuple[float, float]],
+        stats: dict[str, int],
+    ):
+        self.spark, self.features, self.decisions, self.similarity, self.stats = (
+            spark, features, decisions, similarity, stats,
+        )  # fmt: skip
+
+    def cluster_rows(self) -> DataFrame:
+        """One clusters-table row per input document: the driver's rows joined in the tasks (the
+        function carries them, so no broadcast job), defaults for documents kept alone."""
+        rows = {d.key: _cluster_row(d, self.similarity.get(d.key)) for d in self.decisions}
+        schema = pa.schema([(name, arrow) for name, arrow, _ in _CLUSTER_ROW_FIELDS])
+
+        def fill(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                found = [rows.get(key) or _alone(key) for key in batch.column("_key").to_pylist()]
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array([row[i] for row in found], type=t) for i, t in enumerate(schema.types)], schema=schema
+                )
+
+        ddl = ", ".join(f"{name} {spark}" for name, _, spark in _CLUSTER_ROW_FIELDS)
+        return self.features.where(F.col("_key").startswith(INPUT)).select("_key").mapInArrow(fill, ddl)
+
+    def kept_documents(self, docs: DataFrame, schema: Schema, partitions: int) -> DataFrame:
+        """The kept input documents with their cluster_id, hash-partitioned and sorted by doc_id
+        (as ``_kept_documents``: the same files)."""
+        columns = [f.name for f in schema.fields]
+        kept, cluster_id = docs.select(*columns), F.col("doc_id")
+        if self.decisions:
+            clustered = self.spark.createDataFrame(
+                [(d.doc_id, d.cluster_id, d.kept) for d in self.decisions],
+                "_doc_id string, _cluster_id string, _kept boolean",
+            )
+            kept = kept.join(F.broadcast(clustered), F.col("doc_id") == F.col("_doc_id"), "left").where(
+                F.col("_kept").isNull() | F.col("_kept")
+            )
+            cluster_id = F.coalesce(F.col("_cluster_id"), F.col("doc_id"))
+        return (
+            kept.select(*columns, cluster_id.alias("cluster_id"))
+            .repartition(partitions, "doc_id")
+            .sortWithinPartitions("doc_id")
+        )
+
+
+def _cluster_row(d: Decision, similarity: tuple[float, float] | None) -> tuple:
+    if d.match == "exact":
+        similarity = (1.0, 1.0)
+    estimate, jaccard = similarity or (None, None)
+    return (d.doc_id, d.cluster_id, d.kept, d.cluster_size, d.duplicate_of, d.against, d.match, estimate, jaccard)
+
+
+def _alone(key: str) -> tuple:
+    """The row of a document in no cluster: kept, its own cluster of one."""
+    doc_id = key[1:]
+    return (doc_id, doc_id, True, 1, None, False, None, None, None)
+
+
+def _collect_collisions(features: DataFrame, doc_parts: int, band_parts: int) -> Collisions:
+    """Exact groups and LSH buckets of two or more documents, with their members' lengths (one job)."""
+    member = F.collect_list(F.struct("_key", "_length")).alias("members")
+    exact = (
+        features.select("_exact", "_key", "_length")
+        .repartition(doc_parts, "_exact")
+        .groupBy("_exact")
+        .agg(member)
+        .where(F.size("members") > 1)
+        .select(F.lit(-1).alias("band"), "members")
+    )
+    buckets = (
+        features.where(F.col("_bands").isNotNull())
+        .select("_key", "_length", F.posexplode("_bands").alias("_band", "_hash"))
+        .repartition(band_parts, "_band", "_hash")
+        .groupBy("_band", "_hash")
+        .agg(member)
+        .where(F.size("members") > 1)
+        .select(F.col("_band").alias("band"), "members")
+    )
+    table = exact.unionByName(buckets).toArrow()
+    exact_groups, bucket_list, length = [], [], {}
+    for band, members in zip(table.column("band").to_pylist(), table.column("members").to_pylist(), strict=True):
+        keys = [m["_key"] for m in members]
+        length.update((m["_key"], m["_length"]) for m in members)
+        (exact_groups if band < 0 else bucket_list).append(keys)
+    return Collisions(exact_groups, bucket_list, length)
+
+
+def _compare_on_driver(
+    cfg: DedupConfig, pairs: list[tuple[str, str]], texts: dict[str, str], *, estimate: bool = False
+) -> dict[str, np.ndarray]:
+    """``compare_pairs`` over (key, key) pairs, a slice at a time (the values do not depend on the slicing)."""
+    parts: dict[str, list[np.ndarray]] = {"jaccard": [], "estimate": []}
+    for start in range(0, len(pairs), DRIVER_PAIRS_PER_CALL):
+        chunk = pairs[start : start + DRIVER_PAIRS_PER_CALL]
+        left = pa.array([texts[a] for a, _ in chunk], type=pa.large_string())
+        right = pa.array([texts[b] for _, b in chunk], type=pa.large_string())
+        for name, values in compare_pairs(cfg, left, right, estimate=estimate).items():
+            parts[name].append(values)
+    return {name: np.concatenate(values) if values else np.zeros(0) for name, values in parts.items()}
 
 
 class _Clock:

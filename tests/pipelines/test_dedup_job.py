@@ -319,3 +319,45 @@ def test_same_output_whatever_the_parallelism(spark, catalog):
         assert len(first) >= 1 and sum(map(len, first)) > 0
         assert _layout(catalog, f"dedup.b{suffix}") == first
         assert _layout(catalog, f"dedup.c{suffix}") == first
+
+
+def _mixed_corpus() -> tuple[Planted, Planted]:
+    """Inputs that exercise every rule: near and exact copies, short documents, a bucket over
+    PAIRS_BUCKET_LIMIT (anchors), and a reference snapshot holding some of them."""
+    corpus = planted_corpus(seed=5, originals=25)
+    header = " ".join(f"header{chr(97 + i % 26)}{chr(97 + i // 26 % 26)}" for i in range(300))
+    for i in range(45):  # one bucket of 45 near-identical files: anchors, not all pairs
+        corpus.add(f"boiler-{i}", header + f" tail{chr(97 + i % 26)}{chr(97 + i // 26)}")
+    for i in range(20):
+        corpus.add(f"tiny-{i}", f"import {'abcd'[i % 4]}")
+    published = Planted()
+    for doc in corpus.docs[:40:3]:  # some already published, under their own ids, some edited
+        published.add(f"pub-{doc['path']}", doc["text"] + (" edited" if len(published.docs) % 2 else ""))
+    return corpus, published
+
+
+@pytest.mark.slow
+def test_the_driver_plan_and_the_distributed_plan_write_the_same_tables(spark, catalog, monkeypatch):
+    import pipelines.dedup as job
+
+    corpus, published = _mixed_corpus()
+    write_table(catalog, "raw.mixed", corpus.docs)
+    write_table(catalog, "dedup.published", published.docs)
+    cases = {"verified": (True, "dedup.published"), "unverified": (False, None)}
+    stats = {}
+    for plan, documents in (("driver", job.DRIVER_DOCUMENTS), ("spark", 0)):  # 0: no input fits the driver
+        monkeypatch.setattr(job, "DRIVER_DOCUMENTS", documents)
+        for case, (verify, against) in cases.items():
+            opts = DedupOptions(
+                inputs=["raw.mixed"], output=f"dedup.{plan}_{case}", against=against, config=DedupConfig(verify=verify)
+            )
+            stats[plan, case] = dedup(spark, catalog, opts).stats
+
+    for case in cases:
+        assert stats["driver", case] == stats["spark", case]
+        for suffix in ("", "_clusters"):
+            assert _layout(catalog, f"dedup.driver_{case}{suffix}") == _layout(catalog, f"dedup.spark_{case}{suffix}")
+    verified, unverified = stats["driver", "verified"], stats["driver", "unverified"]
+    assert verified["near-duplicates"] > 0 and verified["exact-duplicates"] > 0 and verified["against-duplicates"] > 0
+    assert verified["short-documents"] == 20 and verified["largest-cluster"] >= 2
+    assert unverified["verified-pairs"] == unverified["candidate-pairs"] > verified["verified-pairs"]
