@@ -198,6 +198,8 @@ class RayBackend:
     @staticmethod
     def _cancel(feed: _Feed) -> None:
         """Tasks nobody will read: those not started yet never run (those running finish unread)."""
+        if not feed.tasks:  # already cancelled (at reset or close): nothing to import at interpreter exit
+            return
         import ray
 
         if not ray.is_initialized():
