@@ -1,4 +1,4 @@
-"""The Ray Data streaming loader: planning, reading, tokenizing, packing, mixing, state.
+"""The streaming loader (local or on Ray): planning, reading, tokenizing, packing, mixing, state.
 
 ``from streaming_loader import StreamingLoader`` (docs/architecture.md, "The stream"). The class is
 imported on first use, so the ``factory`` commands that only need the tokenizer do not load torch.

@@ -43,8 +43,10 @@ class LoaderConfig:
     """Text bytes a reader task grows to (a sub-stream's first tasks are smaller; no effect on the stream)."""
     ray_address: str | None = None
     """Ray cluster to join when Ray is not yet initialised; None starts a local one (or uses RAY_ADDRESS)."""
-    ray_units_ahead: int = 2
-    """Units each sub-stream may have queued or in flight ahead of its packer (ray backend's backpressure)."""
+    ray_units_ahead: int = 1
+    """Units each sub-stream may have queued or in flight ahead of its packer (ray backend's backpressure).
+    One is enough to keep the readers busy: a unit consumed is replaced at once, so a rank always has
+    as many reads queued as it has sub-streams."""
     local_prefetch: int = 1
     """Units each sub-stream tokenizes ahead in a background thread (local backend; 0: none)."""
     log_interval_s: float = 30.0

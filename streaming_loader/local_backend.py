@@ -1,7 +1,11 @@
-"""``backend="local"``: read and tokenize in this process, one unit ahead in a background thread.
+"""``backend="local"``: read and tokenize in this process, in two background threads.
 
-Parquet decoding and HF tokenizers release the GIL, so one reader thread overlaps with the
-training step; the units it produces are the very ones the Ray backend's tasks produce.
+Parquet decoding and HF tokenizers release the GIL, so the reader threads overlap with the
+training step; the units they produce are the very ones the Ray backend's tasks produce. Two
+threads rather than one: each unit's Python parts (turning Arrow strings into ``str`` and token
+ids into an array) hold the GIL, and while one thread does that the other keeps the tokenizer's
+cores busy (one thread left a core idle for that share of the time). A sub-stream asks for its
+first unit when it is opened, so a batch's sub-streams are read together, not one after another.
 """
 
 from __future__ import annotations
@@ -10,44 +14,57 @@ import collections
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from streaming_loader.plan import StreamPlan
+from streaming_loader.plan import StreamPlan, Unit
 from streaming_loader.tokenize import TokenizerSpec
 from streaming_loader.units import UnitTokens, tokenize_unit
+
+READER_THREADS = 2
 
 
 class LocalBackend:
     def __init__(self, plan: StreamPlan, tokenizer: TokenizerSpec, prefetch: int = 1) -> None:
         self.plan, self.tokenizer, self.prefetch = plan, tokenizer, prefetch
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader-read") if prefetch else None
+        self._pool = (
+            ThreadPoolExecutor(max_workers=READER_THREADS, thread_name_prefix="loader-read") if prefetch else None
+        )
         self._ready: dict[int, collections.deque[Future]] = {}
 
     def open(self, component: int, shard: int, epoch: int, position: int) -> Iterator[UnitTokens]:
         units = self.plan.units_from(component, shard, epoch, position)
         if self._pool is None:
             return (tokenize_unit(self.plan, self.tokenizer, unit) for unit in units)
-        return self._prefetched(units)
+        queue: collections.deque[Future] = collections.deque([self._read(next(units))])
+        self._ready[id(queue)] = queue
+        return self._prefetched(units, queue)
 
-    def _prefetched(self, units) -> Iterator[UnitTokens]:
-        queue: collections.deque[Future] = collections.deque()
-        key = id(queue)
-        self._ready[key] = queue
+    def _read(self, unit: Unit) -> Future:
+        return self._pool.submit(tokenize_unit, self.plan, self.tokenizer, unit)
+
+    def _prefetched(self, units: Iterator[Unit], queue: collections.deque[Future]) -> Iterator[UnitTokens]:
         try:
             while True:
                 while len(queue) <= self.prefetch:
-                    queue.append(self._pool.submit(tokenize_unit, self.plan, self.tokenizer, next(units)))
+                    queue.append(self._read(next(units)))
                 yield queue.popleft().result()
         finally:
-            for future in queue:
-                future.cancel()
-            self._ready.pop(key, None)
+            self._forget(queue)
+
+    def _forget(self, queue: collections.deque[Future]) -> None:
+        for future in queue:
+            future.cancel()
+        queue.clear()
+        self._ready.pop(id(queue), None)
 
     def buffered(self) -> int:
         """Units read and tokenized ahead of the packers."""
         return sum(f.done() for queue in list(self._ready.values()) for f in queue)
 
     def reset(self) -> None:
-        """Nothing to stop: each sub-stream's prefetch ends with it."""
+        """Cancel the reads of sub-streams that were opened but never read (the loader is seeking)."""
+        for queue in list(self._ready.values()):
+            self._forget(queue)
 
     def close(self) -> None:
+        self.reset()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)

@@ -22,8 +22,11 @@ from lakehouse.parquet import file_io_properties, open_parquet
 from mixtures.heldout import heldout_mask
 from streaming_loader.plan import ComponentPlan, Segment, StreamPlan, Unit
 
-READ_BATCH_ROWS = 4096
 SEGMENT_THREADS = 8
+# Rows decoded at a time. A unit stops decoding once it has its rows, so small batches decode
+# only up to them: a row group of a few hundred 17 KB documents decoded whole for every unit cost
+# 0.075 CPU-s a unit, a quarter of it at 256 rows (the loader benchmark's tables).
+READ_BATCH_ROWS = 256
 
 
 @dataclass(frozen=True)
@@ -47,10 +50,11 @@ def read_unit(plan: StreamPlan, unit: Unit) -> UnitDocs:
     expected = sum(s.stop - s.start for s in segments)
     if rows.num_rows != expected:
         raise DataFileError(f"{component.label}: expected {expected} rows for {unit}, read {rows.num_rows}")
-    chosen = rows.take(pa.array(wanted))  # the unit's rows, in stream order
+    chosen = rows.take(_indices(wanted))  # the unit's rows, in stream order
     keep = _eligible(component, chosen, plan.split)
-    positions = unit.first + np.flatnonzero(keep)
-    texts = chosen.column("text").filter(pa.array(keep)).to_pylist()
+    kept = np.flatnonzero(keep)
+    positions = unit.first + kept
+    texts = chosen.column("text").take(_indices(kept)).to_pylist()
     return UnitDocs(positions=positions.astype(np.int64), texts=texts)
 
 
@@ -60,6 +64,13 @@ def _segment_pool() -> ThreadPoolExecutor:
     many files, each an open and a footer read before its rows (pyarrow releases the GIL for both),
     so the time to read it does not grow with the number of files as much as one after another."""
     return ThreadPoolExecutor(max_workers=SEGMENT_THREADS, thread_name_prefix="loader-files")
+
+
+def _indices(rows: np.ndarray) -> pa.Array:
+    """Row indices as an Arrow array, built from the buffer: ``pa.array`` imports pandas on first use
+    (0.7-2 s, paid by the first batch of every reader process)."""
+    values = np.ascontiguousarray(rows, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
 
 
 @functools.lru_cache(maxsize=4)

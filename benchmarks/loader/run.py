@@ -1,22 +1,24 @@
-"""Loader benchmark: the loader, both backends, against bare ``tokenizer.encode_batch``.
+"""Loader benchmark: the loader, both backends, against bare ``tokenizer.encode_batch_fast``.
 
-    .venv/bin/python benchmarks/loader/run.py            # about 11 minutes on 2 quiet cores
+    .venv/bin/python benchmarks/loader/run.py            # about 5 minutes on 2 quiet cores
 
 One command, same machine, same cores, same texts (the Python standard library's source,
-written to Iceberg tables here). It measures, each in a fresh process:
+written to an Iceberg table here). Each measurement runs in a fresh process, and the bare
+tokenizer is measured before, between and after the loaders, so each loader sits between two
+measurements of its baseline (the machine's speed drifts; ratios use the mean of those two):
 
-(a) the practical limit: ``tokenizer.encode_batch`` over the same table's documents, already
-    in memory, 256 at a time; and ``encode_batch_fast`` (the same ids without character
-    offsets: the call the loader makes). Measured before and after the loaders run on that
-    table, so a drift of the machine's speed shows; ratios use the mean;
+(a) the practical limit: ``tokenizer.encode_batch_fast`` (the call the loader makes) over the
+    table's documents, already in memory, 256 at a time, in a seeded order; ``encode_batch``
+    beside it;
 (b) the loader end to end from Iceberg (read Parquet, tokenize, pack, mix, collate to torch),
-    ``backend="local"`` and ``backend="ray"``: tokens/s in steady state, seconds from
-    construction to the first batch, and resident memory while streaming from a small and an
-    8x larger table. Steady state is timed after ``--warmup-tokens``: until then the readers
-    also fill the loader's bounded read-ahead (``ray_units_ahead`` units for each of the 16
-    sub-streams, 32 blocks of 64 documents, plus the block each packer holds: up to about 16 M
-    tokens here, so the default warm-up is twice that), work a training run pays once; the
-    warm-up's own rate is reported beside it;
+    ``backend="local"`` then ``backend="ray"``, each one whole run timed from the moment the
+    loader is constructed until it has delivered ``--multiple`` (20) times its read-ahead's
+    capacity: the whole run's tokens/s (its first batch and the read-ahead's filling
+    included), the steady rate (the run's second half), and the seconds from construction to
+    the first batch. The read-ahead's capacity is every sub-stream's unit being packed plus
+    the units it may have queued or in flight (``ray_units_ahead`` or ``local_prefetch``), in
+    tokens: what readers can produce that the consumer has not taken yet. For ``ray``,
+    ``ray.init`` runs before construction and is reported beside it;
 (c) ``load_state_dict`` + the first batch at global sequence 0 and at sequence 10^6.
 
 and prints each loader figure beside the baseline, as a ratio. Results also go to
@@ -38,9 +40,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# A reader decodes a row group from its start, so the tables keep one file and row-group size
-# (8 MB) and only their length differs between the small and the large one.
+# Files of 8 MB in row groups of 16 documents (about 270 KB): a reader decodes whole row groups,
+# so a unit of one shuffle block (--shuffle-window rows) decodes little more than its own rows.
 FILE_BYTES = 8e6
+ROW_GROUP_ROWS = 16
 sys.path.insert(0, str(REPO))
 
 
@@ -68,6 +71,9 @@ def write_table(catalog, name: str, texts: list[tuple[str, str]], megabytes: int
     from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
 
     table = ensure_table(catalog, ("bench", name), DOCUMENT_SCHEMA)
+    with table.transaction() as transaction:
+        transaction.set_properties({"write.parquet.row-group-limit": str(ROW_GROUP_ROWS)})
+    table = catalog.load_table(("bench", name))
     rows, size, copy = [], 0, 0
     while size < megabytes * 1e6:
         for path, text in texts:
@@ -81,14 +87,14 @@ def write_table(catalog, name: str, texts: list[tuple[str, str]], megabytes: int
                 break
         copy += 1
     schema = arrow_schema(DOCUMENT_SCHEMA)
-    files = max(1, round(size / FILE_BYTES))  # files (and row groups) of one size whatever the table's
+    files = max(1, round(size / FILE_BYTES))
     per_file = -(-len(rows) // files)
     for start in range(0, len(rows), per_file):
         table.append(pa.Table.from_pylist(rows[start : start + per_file], schema=schema))
     return size
 
 
-def prepare(home: Path, small_mb: int, large_mb: int, vocab: int) -> dict:
+def prepare(home: Path, tables: dict[str, int], vocab: int) -> dict:
     from pyiceberg.catalog import load_catalog
 
     from lakehouse.catalog import embedded_catalog_properties
@@ -99,15 +105,13 @@ def prepare(home: Path, small_mb: int, large_mb: int, vocab: int) -> dict:
     (home / "warehouse").mkdir(parents=True, exist_ok=True)
     catalog = load_catalog("bench", **embedded_catalog_properties(home))
     texts = stdlib_texts()
-    sizes = {
-        "small": write_table(catalog, "small", texts, small_mb),
-        "large": write_table(catalog, "large", texts, large_mb),
-    }
+    sizes = {name: write_table(catalog, name, texts, mb) for name, mb in tables.items()}
     for name in sizes:
         spec = spec_from_dict({"seed": 1, "components": [{"name": "code", "table": f"bench.{name}", "weight": 1}]})
         pin(catalog, spec).save(home / f"{name}.json")
     started = time.perf_counter()
-    (home / "tokenizer.json").write_text(train_tokenizer(catalog, ["bench.small"], vocab, max_bytes=8 << 20).text)
+    first = next(iter(sizes))
+    (home / "tokenizer.json").write_text(train_tokenizer(catalog, [f"bench.{first}"], vocab, max_bytes=8 << 20).text)
     return {"bytes": sizes, "tokenizer_train_s": time.perf_counter() - started}
 
 
@@ -151,12 +155,13 @@ def _children(parent: int) -> list[int]:
     return found
 
 
-# The bare calls (a) times: encode_batch is the issue's named baseline; encode_batch_fast gives
-# the same ids without character offsets, and is what the loader itself calls.
-BASELINE_CALLS = ("encode_batch", "encode_batch_fast")
+# The bare call (a) times: encode_batch_fast, the bar and the call the loader makes (the ids of
+# encode_batch without each token's character offsets). --encode-batch adds encode_batch, the
+# first round's bar (1.4-1.6 times slower here).
+BASELINE_CALLS = ("encode_batch_fast",)
 
 
-def measure_baseline(home: Path, corpus: str, tokens: int) -> dict:
+def measure_baseline(home: Path, corpus: str, tokens: int, calls: tuple[str, ...] = BASELINE_CALLS) -> dict:
     """(a): each bare call over ``corpus``'s documents, in memory, in a seeded order, 256 at a time."""
     import random
 
@@ -171,22 +176,40 @@ def measure_baseline(home: Path, corpus: str, tokens: int) -> dict:
         texts.extend(pq.read_table(f.path.removeprefix("file://"), columns=["text"]).column(0).to_pylist())
     random.Random(0).shuffle(texts)  # a sample of the whole table when it holds more than ``tokens``
     results = {}
-    for call in BASELINE_CALLS:
+    for call in calls:
         encode = getattr(tokenizer, call)
-        produced, started = 0, time.perf_counter()
+        produced, docs, started = 0, 0, time.perf_counter()
         while produced < tokens:
             for i in range(0, len(texts), 256):
-                produced += sum(len(e.ids) for e in encode(texts[i : i + 256], add_special_tokens=False))
+                batch = texts[i : i + 256]
+                produced += sum(len(e.ids) for e in encode(batch, add_special_tokens=False))
+                docs += len(batch)
                 if produced >= tokens:
                     break
         elapsed = time.perf_counter() - started
         results[call] = {"tokens": produced, "seconds": elapsed, "tokens_per_s": produced / elapsed}
-    return {"corpus": corpus, **results}
+    return {"corpus": corpus, "tokens_per_doc": produced / docs, **results}
 
 
-def measure_stream(
-    home: Path, backend: str, corpus: str, tokens: int, warmup: int, seq_len: int, batch: int, window: int
-) -> dict:
+def loader_options(backend: str, args: argparse.Namespace) -> dict:
+    return {
+        "seq_len": args.seq_len, "global_batch_size": args.batch, "backend": backend,
+        "shuffle_window": args.shuffle_window, "read_bytes": args.read_bytes, "log_interval_s": 0,
+    }  # fmt: skip
+
+
+def read_ahead_units(backend: str, args: argparse.Namespace) -> int:
+    """Units the loader may hold that the consumer has not taken: per sub-stream, the one being
+    packed and those queued or in flight."""
+    from streaming_loader.config import LoaderConfig
+
+    config = LoaderConfig(**loader_options(backend, args))
+    ahead = config.ray_units_ahead if backend == "ray" else config.local_prefetch
+    return config.shards * (ahead + 1)
+
+
+def measure_stream(home: Path, backend: str, corpus: str, tokens: int, args: argparse.Namespace) -> dict:
+    """(b): one whole run from construction until ``tokens`` are delivered."""
     from streaming_loader import StreamingLoader
 
     ray_init_s, raylet = 0.0, None
@@ -199,41 +222,40 @@ def measure_stream(
         raylet = ray._private.worker._global_node.all_processes["raylet"][0].process.pid
     sampler = RssSampler(raylet)
     sampler.start()
+    per_batch = args.seq_len * args.batch
     started = time.perf_counter()
     loader = StreamingLoader.from_manifest(
-        home / f"{corpus}.json", home / "tokenizer.json", seq_len=seq_len, global_batch_size=batch,
-        backend=backend, shuffle_window=window, log_interval_s=0,
-    )  # fmt: skip
+        home / f"{corpus}.json", home / "tokenizer.json", **loader_options(backend, args)
+    )
     next(loader)
     first = time.perf_counter() - started
-    delivered, after_first = 0, time.perf_counter()
-    while delivered < warmup:  # the read-ahead fills (bounded: units_ahead per sub-stream)
+    delivered, half = per_batch, None
+    while delivered < tokens:
         next(loader)
-        delivered += seq_len * batch
-    warm_tokens, steady = delivered, time.perf_counter()
-    while delivered < warmup + tokens:
-        next(loader)
-        delivered += seq_len * batch
+        delivered += per_batch
+        if half is None and delivered >= tokens // 2:
+            half = (delivered, time.perf_counter())
     ended = time.perf_counter()
     sampler.done.set()
     sampler.join()
+    tasks = getattr(loader._backend, "tasks", None)
     loader.close()
     return {
         "backend": backend,
         "corpus": corpus,
         "ray_init_s": ray_init_s,
         "first_batch_s": first,
-        "tokens": delivered - warm_tokens,
-        "seconds": ended - steady,
-        "tokens_per_s": (delivered - warm_tokens) / (ended - steady),
-        "warmup_tokens": warm_tokens,
-        "warmup_tokens_per_s": warm_tokens / (steady - after_first) if warm_tokens else None,
+        "tokens": delivered,
+        "seconds": ended - started,
+        "whole_tokens_per_s": delivered / (ended - started),
+        "steady_tokens_per_s": (delivered - half[0]) / (ended - half[1]),
+        "reader_tasks": tasks,
         "peak_rss_mb": sampler.peak_self / 2**20,
         "peak_ray_workers_rss_mb": sampler.peak_workers / 2**20,
     }
 
 
-def measure_seek(home: Path, backend: str, seq_len: int, batch: int, window: int) -> dict:
+def measure_seek(home: Path, backend: str, args: argparse.Namespace) -> dict:
     from streaming_loader import StreamingLoader
 
     if backend == "ray":
@@ -243,9 +265,8 @@ def measure_seek(home: Path, backend: str, seq_len: int, batch: int, window: int
 
     def fresh():
         return StreamingLoader.from_manifest(
-            home / "large.json", home / "tokenizer.json", seq_len=seq_len, global_batch_size=batch,
-            backend=backend, shuffle_window=window, log_interval_s=0,
-        )  # fmt: skip
+            home / "small.json", home / "tokenizer.json", **loader_options(backend, args)
+        )
 
     with fresh() as warm:  # a real state, then the same cursors moved a thousand epochs on
         next(warm)  # (and the worker processes started, so both seeks below find them warm)
@@ -253,7 +274,7 @@ def measure_seek(home: Path, backend: str, seq_len: int, batch: int, window: int
         start_state["batch"], start_state["schedule"] = 0, [0]
         start_state["shards"] = {s: {"code": [0, 0, 0]} for s in start_state["shards"]}
         late_state = json.loads(json.dumps(start_state))
-        late_state["batch"] = 10**6 // batch
+        late_state["batch"] = 10**6 // args.batch
         for shard, cursors in late_state["shards"].items():
             cursors["code"] = [1000 + int(shard), 17 * (int(shard) + 1), 0]
     timings = {}
@@ -285,68 +306,72 @@ def run_child(home: Path, common: list[str], *args: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", type=Path, help="working folder (default: a fresh temporary one)")
-    parser.add_argument("--small-mb", type=int, default=16, help="size of the small table")
-    parser.add_argument("--large-mb", type=int, default=128, help="size of the large table")
+    parser.add_argument("--mb", type=int, default=16, help="size of the table")
+    parser.add_argument("--large-mb", type=int, default=0, help="also stream a table this large (memory bound)")
     parser.add_argument(
-        "--shuffle-window", type=int, default=64,
-        help="rows (source files average 17 KB: 64 rows is about 1 MB, one read of steady work)",
+        "--shuffle-window", type=int, default=16,
+        help="rows (source files average 17 KB: 16 rows is about 270 KB, one unit of steady work)",
     )  # fmt: skip
+    parser.add_argument("--read-bytes", type=int, default=256 << 10, help="text bytes a unit of work grows to")
     parser.add_argument("--vocab", type=int, default=16384, help="tokenizer vocabulary")
-    parser.add_argument("--tokens", type=int, default=32_000_000, help="tokens per throughput measurement")
-    parser.add_argument(
-        "--warmup-tokens", type=int, default=32_000_000,
-        help="tokens a loader delivers after its first batch before (b) is timed: its read-ahead fills meanwhile",
-    )  # fmt: skip
-    parser.add_argument(
-        "--baseline-tokens", type=int, default=16_000_000, help="tokens per bare call, per measurement of (a)"
-    )
+    parser.add_argument("--multiple", type=float, default=20.0, help="read-ahead capacities each whole run delivers")
+    parser.add_argument("--baseline-tokens", type=int, default=6_000_000, help="tokens per bare call, per measurement")
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--batch", type=int, default=16, help="global batch size (sequences)")
+    parser.add_argument("--backends", nargs="+", default=["local", "ray"], choices=["local", "ray"])
+    parser.add_argument("--no-seek", action="store_true", help="skip (c)")
+    parser.add_argument("--encode-batch", action="store_true", help="also time bare encode_batch in (a)")
+    parser.add_argument("--tokens", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         kind, *rest = args.child
         if kind == "baseline":
-            result = measure_baseline(args.home, rest[0], args.baseline_tokens)
+            calls = (*BASELINE_CALLS, "encode_batch") if args.encode_batch else BASELINE_CALLS
+            result = measure_baseline(args.home, rest[0], args.baseline_tokens, calls)
         elif kind == "stream":
-            result = measure_stream(
-                args.home,
-                rest[0],
-                rest[1],
-                args.tokens,
-                args.warmup_tokens,
-                args.seq_len,
-                args.batch,
-                args.shuffle_window,
-            )
+            result = measure_stream(args.home, rest[0], rest[1], args.tokens, args)
         else:
-            result = measure_seek(args.home, rest[0], args.seq_len, args.batch, args.shuffle_window)
+            result = measure_seek(args.home, rest[0], args)
         print(json.dumps(result))
         return 0
 
     home = args.home or Path(tempfile.mkdtemp(prefix="loader-bench-"))
-    print(f"working in {home} on {os.cpu_count()} CPU(s)", flush=True)
-    setup = prepare(home, args.small_mb, args.large_mb, args.vocab)
-    print(f"corpus bytes {setup['bytes']}; tokenizer trained in {setup['tokenizer_train_s']:.1f}s", flush=True)
-    common = ["--tokens", str(args.tokens), "--warmup-tokens", str(args.warmup_tokens)]
-    common += ["--baseline-tokens", str(args.baseline_tokens)]
-    common += ["--seq-len", str(args.seq_len), "--batch", str(args.batch)]
-    common += ["--shuffle-window", str(args.shuffle_window)]
+    print(f"working in {home} on {os.cpu_count()} CPU(s); load average {os.getloadavg()[0]:.1f}", flush=True)
+    tables = {"small": args.mb} | ({"large": args.large_mb} if args.large_mb else {})
+    if not (home / "tokenizer.json").exists():
+        setup = prepare(home, tables, args.vocab)
+        print(f"corpus bytes {setup['bytes']}; tokenizer trained in {setup['tokenizer_train_s']:.1f}s", flush=True)
+    else:
+        setup = {"reused": str(home)}
+    common = ["--baseline-tokens", str(args.baseline_tokens), "--seq-len", str(args.seq_len)]
+    common += ["--batch", str(args.batch), "--shuffle-window", str(args.shuffle_window)]
+    common += ["--read-bytes", str(args.read_bytes)] + (["--encode-batch"] if args.encode_batch else [])
     baselines, streams = [], []
-    for corpus in ("small", "large"):
-        # (a) before and after the loaders on the same table, so a drift of the machine's speed
-        # during the run shows, and the ratios use the mean of the two.
+    for corpus in tables:
         baselines.append(run_child(home, common, "baseline", corpus))
         print(f"(a) {corpus}: {_rates(baselines[-1])}", flush=True)
-        for backend in ("local", "ray"):
-            streams.append(run_child(home, common, "stream", backend, corpus))
-            print(f"(b) {backend} {corpus}: {streams[-1]['tokens_per_s']:,.0f} tokens/s", flush=True)
-        baselines.append(run_child(home, common, "baseline", corpus))
-        print(f"(a) {corpus}, again: {_rates(baselines[-1])}", flush=True)
-    seeks = [run_child(home, common, "seek", backend) for backend in ("local", "ray")]
+        unit_tokens = max(1, int(args.read_bytes / (_bytes_per_row(home, corpus) * args.shuffle_window)))
+        unit_tokens *= args.shuffle_window * baselines[-1]["tokens_per_doc"]
+        for backend in args.backends:
+            capacity = read_ahead_units(backend, args) * unit_tokens
+            tokens = int(args.multiple * capacity)
+            streams.append(run_child(home, [*common, "--tokens", str(tokens)], "stream", backend, corpus))
+            streams[-1] |= {"capacity_tokens": capacity, "read_ahead_units": read_ahead_units(backend, args)}
+            s = streams[-1]
+            print(
+                f"(b) {backend} {corpus}: whole run {s['whole_tokens_per_s']:,.0f} tokens/s, steady "
+                f"{s['steady_tokens_per_s']:,.0f}, first batch {s['first_batch_s']:.2f}s, "
+                f"{s['tokens'] / capacity:.1f} x read-ahead",
+                flush=True,
+            )
+            baselines.append(run_child(home, common, "baseline", corpus))
+            print(f"(a) {corpus}, again: {_rates(baselines[-1])}", flush=True)
+    seeks = [] if args.no_seek else [run_child(home, common, "seek", backend) for backend in args.backends]
     results = {
         "setup": setup,
         "settings": {k: str(v) for k, v in vars(args).items()} | {"cpus": os.cpu_count()},
+        "load_average_end": os.getloadavg(),
         "baselines": baselines,
         "streams": streams,
         "seeks": seeks,
@@ -357,45 +382,52 @@ def main() -> int:
     return 0
 
 
+def _bytes_per_row(home: Path, corpus: str) -> float:
+    from mixtures.manifest import Manifest
+
+    files = Manifest.load(home / f"{corpus}.json").components[0].files
+    return sum(f.text_bytes for f in files) / sum(f.record_count for f in files)
+
+
 def _rates(baseline: dict) -> str:
-    return ", ".join(f"{call} {baseline[call]['tokens_per_s']:,.0f}" for call in BASELINE_CALLS) + " tokens/s"
+    calls = [c for c in (*BASELINE_CALLS, "encode_batch") if c in baseline]
+    return ", ".join(f"{call} {baseline[call]['tokens_per_s']:,.0f}" for call in calls) + " tokens/s"
 
 
-def baseline_means(results: dict) -> dict[str, dict[str, float]]:
-    """Per table and bare call, the mean tokens/s of (a)'s measurements (before and after the loaders)."""
-    runs: dict[str, dict[str, list[float]]] = {}
-    for b in results["baselines"]:
-        for call in BASELINE_CALLS:
-            runs.setdefault(b["corpus"], {}).setdefault(call, []).append(b[call]["tokens_per_s"])
-    return {corpus: {call: sum(r) / len(r) for call, r in calls.items()} for corpus, calls in runs.items()}
+def bracketing_baseline(results: dict, stream: dict, call: str) -> tuple[float, float]:
+    """The bare call's rate measured just before and just after ``stream`` on its table."""
+    runs = [b for b in results["baselines"] if b["corpus"] == stream["corpus"]]
+    position = [s for s in results["streams"] if s["corpus"] == stream["corpus"]].index(stream)
+    return runs[position][call]["tokens_per_s"], runs[position + 1][call]["tokens_per_s"]
 
 
 def report(results: dict) -> str:
-    means = baseline_means(results)
-    lines = ["(a) bare calls over each table's documents in memory: before / after the loaders, mean"]
-    for corpus, calls in means.items():
-        for call, mean in calls.items():
+    lines = ["(a) bare calls over the table's documents in memory, before / between / after the loaders"]
+    for call in [c for c in (*BASELINE_CALLS, "encode_batch") if c in results["baselines"][0]]:
+        for corpus in dict.fromkeys(b["corpus"] for b in results["baselines"]):
             runs = " / ".join(f"{b[call]['tokens_per_s']:,.0f}" for b in results["baselines"] if b["corpus"] == corpus)
-            lines.append(f"  {corpus:6} {call:18} {runs:>24}   mean {mean:>10,.0f} tokens/s")
+            lines.append(f"  {corpus:6} {call:18} {runs} tokens/s")
     lines += [
         "",
-        "(b) loader end to end from Iceberg: steady (after the warm-up tokens), and during the warm-up;",
-        "    ratios to the same table's (a) mean: encode_batch (the goal's baseline), then encode_batch_fast",
-        f"{'backend':8} {'table':6} {'tokens/s':>12} {'vs (a)':>7} {'vs fast':>7} {'warm-up':>12} {'vs (a)':>7} "
-        f"{'1st batch':>10} {'RSS MB':>8} {'workers MB':>11}",
+        "(b) loader end to end from Iceberg, one run each from construction; ratios to the mean of the bare",
+        "    encode_batch_fast measured just before and just after it",
+        f"{'backend':8} {'table':6} {'read-ahead':>18} {'run':>7} {'whole run':>12} {'ratio':>6} {'steady':>12} "
+        f"{'ratio':>6} {'fast':>12} {'1st batch':>10} {'RSS MB':>7} {'workers MB':>10}",
     ]
     for s in results["streams"]:
-        base = means[s["corpus"]]
-        warm = s["warmup_tokens_per_s"] or 0.0
+        fast = sum(bracketing_baseline(results, s, "encode_batch_fast")) / 2
         lines.append(
-            f"{s['backend']:8} {s['corpus']:6} {s['tokens_per_s']:>12,.0f} "
-            f"{s['tokens_per_s'] / base['encode_batch']:>7.2f} {s['tokens_per_s'] / base['encode_batch_fast']:>7.2f} "
-            f"{warm:>12,.0f} {warm / base['encode_batch']:>7.2f} {s['first_batch_s']:>9.1f}s {s['peak_rss_mb']:>8.0f} "
-            f"{s['peak_ray_workers_rss_mb']:>11.0f}"
+            f"{s['backend']:8} {s['corpus']:6} {s['read_ahead_units']:>3} units {s['capacity_tokens'] / 1e6:>5.2f} Mt "
+            f"{s['tokens'] / s['capacity_tokens']:>6.1f}x {s['whole_tokens_per_s']:>12,.0f} "
+            f"{s['whole_tokens_per_s'] / fast:>6.2f} {s['steady_tokens_per_s']:>12,.0f} "
+            f"{s['steady_tokens_per_s'] / fast:>6.2f} {fast:>12,.0f} {s['first_batch_s']:>9.2f}s "
+            f"{s['peak_rss_mb']:>7.0f} {s['peak_ray_workers_rss_mb']:>10.0f}"
         )
     ray_init = [s["ray_init_s"] for s in results["streams"] if s["backend"] == "ray"]
-    lines += [f"(ray.init took {max(ray_init):.1f}s before construction, not counted above)", ""]
-    lines.append("(c) load_state_dict, and load + first batch, at global sequence 0 and 10^6")
+    if ray_init:
+        lines.append(f"(ray.init took {max(ray_init):.1f}s before construction, not counted above)")
+    if results["seeks"]:
+        lines += ["", "(c) load_state_dict, and load + first batch, at global sequence 0 and 10^6"]
     for s in results["seeks"]:
         a, b = s["sequence_0"], s["sequence_1e6"]
         lines.append(
@@ -403,6 +435,7 @@ def report(results: dict) -> str:
             f"with first batch {a['load_and_first_batch_s']:.2f}s vs {b['load_and_first_batch_s']:.2f}s "
             f"(ratio {b['load_and_first_batch_s'] / a['load_and_first_batch_s']:.2f}); state {s['state_bytes']} bytes"
         )
+    lines.append(f"load average at the end: {', '.join(f'{x:.1f}' for x in results['load_average_end'])}")
     return "\n".join(lines)
 
 
