@@ -5,8 +5,9 @@ The filter and decontamination jobs write one file per unit of work, so the core
 work whatever the input's size; on a small input that is many small files (the demo's filtered
 text held 58 documents in 19 files). Here the staged files of each table are cut, in order,
 into runs of at most the table's target size (``lakehouse.file_sizes.consecutive_groups``), and
-each run of two or more files is rewritten as one file, in a Spark task per run; the small
-files are then removed, and the job commits the combined ones.
+each run of two or more files is rewritten as one file (by the driver when there is little to
+rewrite, ``DRIVER_MERGE_BYTES``; else in a Spark task per run); the small files are then
+removed, and the job commits the combined ones.
 
 Only the files' sizes and order decide the runs, and the units decide those, so the same input
 gives the same files whatever the cores; the rows and their order (file by file, row group by
@@ -35,6 +36,19 @@ from pipelines.staging import REPORT_SCHEMA, StagedOutput, Target
 log = logging.getLogger(__name__)
 
 _PART = re.compile(r"part-(\d+)-")
+# Up to this many staged bytes to combine, the driver rewrites them itself; more, Spark tasks do.
+DRIVER_MERGE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class _Report:
+    """A merge task's report row, as Spark's ``Row`` gives it (``REPORT_SCHEMA``)."""
+
+    target: str
+    path: str
+    records: int
+    counts: str
+    bytes: int
 
 
 @dataclass(frozen=True)
@@ -57,7 +71,13 @@ def coalesce_outputs(
         return dict(outputs)
     task = _merge_task(merges, dict(targets))
     n = len(merges)
-    rows = spark.range(0, n, 1, n).mapInArrow(task, REPORT_SCHEMA).collect()
+    to_merge = sum(outputs[m.target].sizes[p] for m in merges for p in m.paths)
+    if to_merge <= DRIVER_MERGE_BYTES:
+        # Little to rewrite (about 150 MB of text a CPU-second): here, without a Spark job's latency.
+        rows = [_Report(**r) for batch in task(iter([pa.record_batch([pa.array(range(n))], ["id"])]))
+                for r in batch.to_pylist()]  # fmt: skip
+    else:
+        rows = spark.range(0, n, 1, n).mapInArrow(task, REPORT_SCHEMA).collect()
     # Each task reports its merge's index in ``counts``: pair each run with its combined file.
     by_first = {merges[int(row.counts)].paths[0]: row for row in rows}
     combined: dict[str, StagedOutput] = {}

@@ -50,7 +50,7 @@ def _files(catalog, snapshot_id: int | None = None) -> list[str]:
     return [t.file.file_path for t in catalog.load_table(TABLE).scan(snapshot_id=snapshot_id).plan_files()]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.engine)])  # a server: an engine test
 def any_catalog(request, tmp_path):
     if request.param == "sqlite":
         return request.getfixturevalue("catalog")

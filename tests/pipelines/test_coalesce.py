@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from lakehouse.columns import TARGET_COLUMN
+from pipelines import coalesce
 from pipelines.coalesce import coalesce_outputs
 from pipelines.filter import FilterOptions, filter_documents
 from pipelines.staging import Target, staged_outputs, write_partition
@@ -41,7 +42,10 @@ def _rows(paths: list[str]) -> list[dict]:
     return [row for p in paths for row in pq.read_table(p.removeprefix("file://")).to_pylist()]
 
 
-def test_consecutive_small_files_are_combined_in_order_and_removed(spark, tmp_path):
+@pytest.mark.parametrize("where", ["driver", "spark tasks"])
+def test_consecutive_small_files_are_combined_in_order_and_removed(spark, tmp_path, monkeypatch, where):
+    if where == "spark tasks":
+        monkeypatch.setattr(coalesce, "DRIVER_MERGE_BYTES", 0)
     targets = {
         name: Target(f"file://{tmp_path}/{name}", SCHEMA, {}, file_bytes=20_000) for name in ("docs", "quarantine")
     }
