@@ -143,6 +143,28 @@ def _rss(pid: int) -> int:
     return 0
 
 
+def _cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system) the processes have used so far."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _ray_processes(raylet: int | None) -> list[int]:
+    """This process, and with Ray the raylet, its workers and the session's other daemons."""
+    if raylet is None:
+        return [os.getpid()]
+    import ray
+
+    daemons = [p.process.pid for ps in ray._private.worker._global_node.all_processes.values() for p in ps]
+    return [os.getpid(), *daemons, *_children(raylet)]
+
+
 def _children(parent: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -178,7 +200,7 @@ def measure_baseline(home: Path, corpus: str, tokens: int, calls: tuple[str, ...
     results = {}
     for call in calls:
         encode = getattr(tokenizer, call)
-        produced, docs, started = 0, 0, time.perf_counter()
+        produced, docs, started, cpu = 0, 0, time.perf_counter(), time.process_time()
         while produced < tokens:
             for i in range(0, len(texts), 256):
                 batch = texts[i : i + 256]
@@ -187,7 +209,11 @@ def measure_baseline(home: Path, corpus: str, tokens: int, calls: tuple[str, ...
                 if produced >= tokens:
                     break
         elapsed = time.perf_counter() - started
-        results[call] = {"tokens": produced, "seconds": elapsed, "tokens_per_s": produced / elapsed}
+        cpu = time.process_time() - cpu
+        results[call] = {
+            "tokens": produced, "seconds": elapsed, "tokens_per_s": produced / elapsed,
+            "cpu_s_per_mtok": cpu / produced * 1e6,
+        }  # fmt: skip
     return {"corpus": corpus, "tokens_per_doc": produced / docs, **results}
 
 
@@ -223,6 +249,7 @@ def measure_stream(home: Path, backend: str, corpus: str, tokens: int, args: arg
     sampler = RssSampler(raylet)
     sampler.start()
     per_batch = args.seq_len * args.batch
+    cpu_before = _cpu_s(_ray_processes(raylet))
     started = time.perf_counter()
     loader = StreamingLoader.from_manifest(
         home / f"{corpus}.json", home / "tokenizer.json", **loader_options(backend, args)
@@ -236,6 +263,7 @@ def measure_stream(home: Path, backend: str, corpus: str, tokens: int, args: arg
         if half is None and delivered >= tokens // 2:
             half = (delivered, time.perf_counter())
     ended = time.perf_counter()
+    cpu = _cpu_s(_ray_processes(raylet)) - cpu_before  # workers started since are counted whole
     sampler.done.set()
     sampler.join()
     tasks = getattr(loader._backend, "tasks", None)
@@ -250,6 +278,7 @@ def measure_stream(home: Path, backend: str, corpus: str, tokens: int, args: arg
         "whole_tokens_per_s": delivered / (ended - started),
         "steady_tokens_per_s": (delivered - half[0]) / (ended - half[1]),
         "reader_tasks": tasks,
+        "cpu_s_per_mtok": cpu / delivered * 1e6,
         "peak_rss_mb": sampler.peak_self / 2**20,
         "peak_ray_workers_rss_mb": sampler.peak_workers / 2**20,
     }
@@ -275,8 +304,8 @@ def measure_seek(home: Path, backend: str, args: argparse.Namespace) -> dict:
         start_state["shards"] = {s: {"code": [0, 0, 0]} for s in start_state["shards"]}
         late_state = json.loads(json.dumps(start_state))
         late_state["batch"] = 10**6 // args.batch
-        for shard, cursors in late_state["shards"].items():
-            cursors["code"] = [1000 + int(shard), 17 * (int(shard) + 1), 0]
+        for shard, cursors in late_state["shards"].items():  # inside every shard's slice of the table
+            cursors["code"] = [1000 + int(shard), (17 * (int(shard) + 1)) % warm.plan.slice_length(0, int(shard)), 0]
     timings = {}
     for label, state in (("sequence_0", start_state), ("sequence_1e6", late_state)):
         with fresh() as loader:
@@ -394,11 +423,11 @@ def _rates(baseline: dict) -> str:
     return ", ".join(f"{call} {baseline[call]['tokens_per_s']:,.0f}" for call in calls) + " tokens/s"
 
 
-def bracketing_baseline(results: dict, stream: dict, call: str) -> tuple[float, float]:
-    """The bare call's rate measured just before and just after ``stream`` on its table."""
+def bracketing_baseline(results: dict, stream: dict, call: str, key: str = "tokens_per_s") -> tuple[float, float]:
+    """The bare call's rate (or ``key``) measured just before and just after ``stream`` on its table."""
     runs = [b for b in results["baselines"] if b["corpus"] == stream["corpus"]]
     position = [s for s in results["streams"] if s["corpus"] == stream["corpus"]].index(stream)
-    return runs[position][call]["tokens_per_s"], runs[position + 1][call]["tokens_per_s"]
+    return runs[position][call][key], runs[position + 1][call][key]
 
 
 def report(results: dict) -> str:
@@ -412,7 +441,7 @@ def report(results: dict) -> str:
         "(b) loader end to end from Iceberg, one run each from construction; ratios to the mean of the bare",
         "    encode_batch_fast measured just before and just after it",
         f"{'backend':8} {'table':6} {'read-ahead':>18} {'run':>7} {'whole run':>12} {'ratio':>6} {'steady':>12} "
-        f"{'ratio':>6} {'fast':>12} {'1st batch':>10} {'RSS MB':>7} {'workers MB':>10}",
+        f"{'ratio':>6} {'fast':>12} {'1st batch':>10} {'RSS MB':>7} {'workers MB':>10} {'CPU-s/Mt':>9} {'fast':>6}",
     ]
     for s in results["streams"]:
         fast = sum(bracketing_baseline(results, s, "encode_batch_fast")) / 2
@@ -421,7 +450,8 @@ def report(results: dict) -> str:
             f"{s['tokens'] / s['capacity_tokens']:>6.1f}x {s['whole_tokens_per_s']:>12,.0f} "
             f"{s['whole_tokens_per_s'] / fast:>6.2f} {s['steady_tokens_per_s']:>12,.0f} "
             f"{s['steady_tokens_per_s'] / fast:>6.2f} {fast:>12,.0f} {s['first_batch_s']:>9.2f}s "
-            f"{s['peak_rss_mb']:>7.0f} {s['peak_ray_workers_rss_mb']:>10.0f}"
+            f"{s['peak_rss_mb']:>7.0f} {s['peak_ray_workers_rss_mb']:>10.0f} {s['cpu_s_per_mtok']:>9.2f} "
+            f"{sum(bracketing_baseline(results, s, 'encode_batch_fast', 'cpu_s_per_mtok')) / 2:>6.2f}"
         )
     ray_init = [s["ray_init_s"] for s in results["streams"] if s["backend"] == "ray"]
     if ray_init:
@@ -435,6 +465,10 @@ def report(results: dict) -> str:
             f"with first batch {a['load_and_first_batch_s']:.2f}s vs {b['load_and_first_batch_s']:.2f}s "
             f"(ratio {b['load_and_first_batch_s'] / a['load_and_first_batch_s']:.2f}); state {s['state_bytes']} bytes"
         )
+    lines.append(
+        "CPU-s/Mt: CPU seconds per million tokens delivered, every process of the loader (with Ray: the workers "
+        "and Ray's daemons) beside the bare call's"
+    )
     lines.append(f"load average at the end: {', '.join(f'{x:.1f}' for x in results['load_average_end'])}")
     return "\n".join(lines)
 
