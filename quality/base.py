@@ -2,6 +2,9 @@
 
 A filter is a plain object with ``filter(doc) -> FilterResult``: it knows nothing of Spark,
 so the Spark job, the benchmark and unit tests call the very same code (datatrove's habit).
+The chain calls ``decide(doc, shared)``, which gives the same result as ``filter(doc)`` and
+may reuse what earlier filters derived from the document (``quality.shared_text``); a filter
+overrides it only where that is faster, and ``filter`` stays the reference it is tested against.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from types import MappingProxyType
 from typing import ClassVar
 
 from lakehouse.errors import FilterConfigError
+from quality.shared_text import SharedText
 
 _NO_METRICS: Mapping[str, float] = MappingProxyType({})
 
@@ -63,6 +67,10 @@ class QualityFilter(ABC):
     @abstractmethod
     def filter(self, doc: Doc) -> FilterResult:
         """Decide on one document. May raise: the chain turns that into a quarantine reason."""
+
+    def decide(self, doc: Doc, shared: SharedText) -> FilterResult:
+        """``filter(doc)``, faster where a filter can reuse ``shared`` (the same ``doc.text``)."""
+        return self.filter(doc)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config})"

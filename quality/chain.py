@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from quality.base import Doc, FilterResult, QualityFilter
 from quality.config import FilterConfig, filter_class
+from quality.shared_text import SharedText
 
 ERROR_PREFIX = "filter-error:"
 
@@ -55,9 +56,10 @@ class FilterChain:
 
     def apply(self, doc: Doc) -> Outcome:
         """Run the document through its chain; the first filter that drops it decides."""
+        shared = SharedText(doc.text)  # lines and words, split once for all the filters
         for flt in self.filters_for(doc.lang):
             try:
-                result: FilterResult = flt.filter(doc)
+                result: FilterResult = flt.decide(doc, shared)
             except Exception as exc:  # one bad document must not stop the job: quarantine it
                 reason = f"{ERROR_PREFIX}{flt.name}"
                 return Outcome(False, flt.name, reason, f"{type(exc).__name__}: {exc}"[:1000])

@@ -11,9 +11,11 @@ import string
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import regex
 
 from quality.base import Doc, FilterResult, QualityFilter, fraction, require
+from quality.shared_text import SharedText
 
 
 class SizeBounds(QualityFilter):
@@ -54,7 +56,13 @@ class MaxLineLength(QualityFilter):
             require(self.max_chars > 0, f"max_line_length.max_chars must be positive, got {self.max_chars}")
 
     def filter(self, doc: Doc) -> FilterResult:
-        longest = max(map(len, doc.text.splitlines()), default=0)
+        return self._decide(doc.text.splitlines())
+
+    def decide(self, doc: Doc, shared: SharedText) -> FilterResult:
+        return self._decide(shared.splitlines())
+
+    def _decide(self, lines: list[str]) -> FilterResult:
+        longest = max(map(len, lines), default=0)
         if longest > self.config.max_chars:
             return FilterResult.dropped("line_too_long", max_line_length=longest)
         return FilterResult.kept(max_line_length=longest)
@@ -73,7 +81,12 @@ class MeanLineLength(QualityFilter):
             require(self.max_chars > 0, f"mean_line_length.max_chars must be positive, got {self.max_chars}")
 
     def filter(self, doc: Doc) -> FilterResult:
-        lines = doc.text.splitlines()
+        return self._decide(doc.text.splitlines())
+
+    def decide(self, doc: Doc, shared: SharedText) -> FilterResult:
+        return self._decide(shared.splitlines())
+
+    def _decide(self, lines: list[str]) -> FilterResult:
         mean = sum(map(len, lines)) / len(lines) if lines else 0.0
         if mean > self.config.max_chars:
             return FilterResult.dropped("mean_line_too_long", mean_line_length=mean)
@@ -223,12 +236,84 @@ def _data_literal(run: str) -> bool:
     return _BLOB.fullmatch(contents) is not None and contents.count(" ") <= 0.02 * len(contents)
 
 
-def encoded_runs(text: str, kinds: tuple[str, ...] = ENCODED_KINDS) -> Iterator[tuple[str, int, int]]:
-    """(kind, start, end) of each encoded run in ``text``, StarCoder2's kinds first."""
+def _class_table(chars: str, non_ascii: bool) -> np.ndarray:
+    """A lookup table over code points: entries 0-127 for ASCII, entry 128 for all others."""
+    table = np.zeros(129, dtype=bool)
+    table[[ord(c) for c in chars]] = True
+    table[128] = non_ascii
+    return table
+
+
+# StarCoder2's base64 class (no non-ASCII character is in it).
+_BASE64_CLASS = _class_table(string.ascii_letters + string.digits + "+/\n=", non_ascii=False)
+# Every character StarCoder2's hex pattern can match: hex digits, the 0x and \x prefixes, commas
+# and whitespace (ASCII's, with the separators Python also counts, and any non-ASCII character,
+# since some are Unicode spaces). A match has 8 units of 2 digits or more: 16 characters.
+_HEX_CLASS = _class_table(string.hexdigits + "x\\," + string.whitespace + "\x1c\x1d\x1e\x1f", non_ascii=True)
+_HEX_MIN = 16
+
+
+def class_runs(text: str, table: np.ndarray, min_length: int) -> list[tuple[int, int]]:
+    """(start, end) of each maximal run of ``text``'s characters in ``table`` at least ``min_length`` long.
+
+    A few numpy passes over the code points: where a regex engine tries a pattern at every
+    position, this finds the only stretches where a pattern made of those characters can match.
+    """
+    if text.isascii():
+        points = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    else:
+        points = np.minimum(np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32), 128)
+    inside = np.zeros(len(points) + 2, dtype=np.int8)
+    inside[1:-1] = table[points]
+    edges = np.flatnonzero(np.diff(inside))  # run starts, then run ends, alternately
+    starts, ends = edges[0::2], edges[1::2]
+    long = ends - starts >= min_length
+    return list(zip(starts[long].tolist(), ends[long].tolist(), strict=True))
+
+
+def _fast_matches(kind: str, text: str) -> Iterator[tuple[int, int]]:
+    """The (start, end) of ``kind``'s matches, as its pattern's ``finditer`` over ``text`` gives them.
+
+    base64: the pattern is greedy over one character class, so its matches are exactly the
+    class's maximal runs of 64 or more; the regex engine tried every start inside every shorter
+    run (each identifier, each line) and was half of the code filters' time. hex: a match lies
+    inside a run of ``_HEX_CLASS``; the pattern runs over those runs only, from each run's start
+    (it sees the character before it, for ``\\b``) to one past its end (that character cannot be
+    matched, and ``\\b`` needs it). hex_array: each match holds 8 hex literals (``0x``/``\\x``).
+    """
+    if kind == "base64":
+        yield from class_runs(text, _BASE64_CLASS, 64)
+    elif kind == "hex":
+        for start, end in class_runs(text, _HEX_CLASS, _HEX_MIN):
+            for match in _ENCODED["hex"].finditer(text, start, min(end + 1, len(text))):
+                yield match.start(), match.end()
+    elif kind == "hex_array" and text.count("0x") + text.count("0X") + text.count("\\x") < 8:
+        return
+    else:
+        pattern = _ENCODED.get(kind) or _ENCODED_MORE[kind]
+        for match in pattern.finditer(text):
+            yield match.start(), match.end()
+
+
+_FAST_KINDS = frozenset({"base64", "hex", "hex_array"})
+
+
+def encoded_runs(
+    text: str, kinds: tuple[str, ...] = ENCODED_KINDS, *, fast: bool = False
+) -> Iterator[tuple[str, int, int]]:
+    """(kind, start, end) of each encoded run in ``text``, StarCoder2's kinds first.
+
+    ``fast`` finds base64, hex and hex_array runs with ``_fast_matches``: the same runs.
+    """
     for kind in kinds:
         if kind == "unicode" and "\\u" not in text:
             continue  # cheap test that spares the scan on almost every file
         if kind == "data_uri" and "data:" not in text:
+            continue
+        if fast and kind in _FAST_KINDS:
+            for start, end in _fast_matches(kind, text):
+                if end - start >= _MIN_RUN_CHARS.get(kind, 0):
+                    yield kind, start, end
             continue
         pattern = _ENCODED.get(kind) or _ENCODED_MORE[kind]
         for match in pattern.finditer(text):
@@ -265,10 +350,15 @@ class EncodedData(QualityFilter):
             require(not unknown, f"encoded_data.kinds: unknown {unknown}; known: {list(ENCODED_KINDS)}")
 
     def filter(self, doc: Doc) -> FilterResult:
-        text = doc.text
+        return self._decide(doc.text, fast=False)
+
+    def decide(self, doc: Doc, shared: SharedText) -> FilterResult:
+        return self._decide(doc.text, fast=True)
+
+    def _decide(self, text: str, fast: bool) -> FilterResult:
         matched, longest, too_long = 0, 0, False
         covered: bytearray | None = None
-        for kind, start, end in encoded_runs(text, self.config.kinds):
+        for kind, start, end in encoded_runs(text, self.config.kinds, fast=fast):
             length = end - start
             longest = max(longest, length)
             limit = self.config.max_table_run_chars if kind in _TABLE_KINDS else self.config.max_run_chars
@@ -278,7 +368,8 @@ class EncodedData(QualityFilter):
                 continue
             if covered is None:  # the new kinds count only characters no earlier run covered
                 covered = bytearray(len(text))
-                for _, s, e in encoded_runs(text, tuple(k for k in self.config.kinds if k in _ENCODED)):
+                earlier = tuple(k for k in self.config.kinds if k in _ENCODED)
+                for _, s, e in encoded_runs(text, earlier, fast=fast):
                     covered[s:e] = b"\x01" * (e - s)
             matched += covered.count(0, start, end)
             covered[start:end] = b"\x01" * length

@@ -12,7 +12,10 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
+from quality import prose_rules
 from quality.base import Doc, FilterResult, QualityFilter, fraction, require
+from quality.fast_words import fast_words
+from quality.shared_text import SharedText
 from quality.tokenizer import offline_word_tokenizer
 
 
@@ -26,9 +29,20 @@ class _DatatroveFilter(QualityFilter):
         offline_word_tokenizer(language)  # fail now, not on the first document, if it needs a download
         self.language = language
         self._datatrove = self._build(language)
+        self._words = fast_words(language)
 
     def _build(self, language: str):
         raise NotImplementedError
+
+    def _rule(self, shared: SharedText) -> str | None:
+        """The drop reason datatrove's filter would give, or None (``quality.prose_rules``)."""
+        raise NotImplementedError
+
+    def decide(self, doc: Doc, shared: SharedText) -> FilterResult:
+        reason = self._rule(shared)
+        if reason is None:
+            return FilterResult.kept()
+        return FilterResult(False, reason, text_profile(doc.text))
 
     def filter(self, doc: Doc) -> FilterResult:
         from datatrove.data import Document
@@ -42,8 +56,8 @@ class _DatatroveFilter(QualityFilter):
         return FilterResult(False, reason or self.name, text_profile(doc.text))
 
 
-# A whitespace-separated word with at least one letter.
-_ALPHA_WORD = re.compile(r"\S*[^\W\d_]\S*")
+# A letter (a word character that is neither a digit nor an underscore).
+_LETTER = re.compile(r"[^\W\d_]")
 
 
 def text_profile(text: str) -> dict[str, float]:
@@ -61,7 +75,9 @@ def text_profile(text: str) -> dict[str, float]:
         "lines": len(lines),
         "words": len(words),  # whitespace-separated
         "mean_word_length": sum(map(len, words)) / len(words) if words else 0.0,
-        "alpha_word_fraction": len(_ALPHA_WORD.findall(text)) / len(words) if words else 0.0,
+        # (the share of whitespace-separated words holding a letter; a search per word, where
+        # one findall of \S*[^\W\d_]\S* backtracked over every long word without a letter)
+        "alpha_word_fraction": sum(1 for w in words if _LETTER.search(w)) / len(words) if words else 0.0,
         "duplicate_line_fraction": find_duplicates(lines)[0] / len(lines) if lines else 0.0,
     }
 
@@ -98,7 +114,12 @@ class GopherQuality(_DatatroveFilter):
 
         params = asdict(self.config)
         params["stop_words"] = list(params["stop_words"]) if params["stop_words"] is not None else None
-        return GopherQualityFilter(**params, language=language)
+        native = GopherQualityFilter(**params, language=language)
+        self._stop_words = frozenset(native.stop_words)
+        return native
+
+    def _rule(self, shared: SharedText) -> str | None:
+        return prose_rules.gopher_quality(self.config, self._stop_words, shared, self._words)
 
 
 class GopherRepetition(_DatatroveFilter):
@@ -135,6 +156,9 @@ class GopherRepetition(_DatatroveFilter):
 
         return GopherRepetitionFilter(**asdict(self.config), language=language)
 
+    def _rule(self, shared: SharedText) -> str | None:
+        return prose_rules.gopher_repetition(self.config, shared, self._words)
+
 
 class C4Quality(_DatatroveFilter):
     """C4's rules, as a document filter: lorem ipsum, curly brackets, too few sentences.
@@ -169,6 +193,14 @@ class C4Quality(_DatatroveFilter):
 
         return C4QualityFilter(**asdict(self.config), language=language)
 
+    def _rule(self, shared: SharedText) -> str | None:
+        if not self.config.split_paragraph:  # sentences, not lines, are C4's units: datatrove's own path
+            from datatrove.data import Document
+
+            verdict = self._datatrove.filter(Document(text=shared.text))
+            return None if verdict is True else verdict[1]
+        return prose_rules.c4_quality(self.config, shared, self._words)
+
 
 class FineWebQuality(_DatatroveFilter):
     """FineWeb's rules (terminal punctuation, short lines, duplicated characters, list-like text)."""
@@ -194,3 +226,6 @@ class FineWebQuality(_DatatroveFilter):
         from datatrove.pipeline.filters import FineWebQualityFilter
 
         return FineWebQualityFilter(**asdict(self.config), language=language)
+
+    def _rule(self, shared: SharedText) -> str | None:
+        return prose_rules.fineweb_quality(self.config, shared, self._words)
