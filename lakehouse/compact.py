@@ -85,7 +85,9 @@ def compact_table(
     if done is not None:
         return _existing(name, done)
     if branch not in table.metadata.refs:
-        raise InputError(f"{name} has no branch {branch!r}; nothing to compact")
+        if branch == MAIN_BRANCH:  # a table never written: nothing to do
+            return CompactResult(name, None, 0, 0, 0, 0, already=True)
+        raise InputError(f"{name} has no branch {branch!r}; `factory snapshots {name}` lists its refs")
     head = table.snapshot_by_id(table.metadata.refs[branch].snapshot_id)
     files = live_data_files(table, head, name)
     groups = plan_groups(table, files, target)

@@ -129,6 +129,36 @@ def measure(home: Path, backend: str, files: int, batches: int, seq_len: int, ba
     }
 
 
+def measure_planning(home: Path, files: int, reps: int = 3) -> dict:
+    """CPU seconds of the loader's steps that depend on the file count, median of ``reps``:
+    reading the manifest, its fingerprint asked again, checking the files exist, one unit's plan."""
+    import statistics
+
+    from lakehouse.parquet import file_io_properties, missing_files
+    from mixtures.manifest import Manifest
+    from streaming_loader.plan import StreamPlan
+
+    cpu, found = time.process_time, {"load": [], "fingerprint": [], "missing": [], "unit": []}
+    for _ in range(reps):
+        started = cpu()
+        manifest = Manifest.load(home / f"files{files}.json")
+        found["load"].append(cpu() - started)
+        started = cpu()
+        _ = manifest.fingerprint
+        found["fingerprint"].append(cpu() - started)
+        started = cpu()
+        missing_files([f.path for f in manifest.components[0].files], file_io_properties(None))
+        found["missing"].append(cpu() - started)
+        plan = StreamPlan.from_manifest(manifest, 16, 64, "train")
+        units = [u for _, u in zip(range(201), plan.units_from(0, 0, 0, 0), strict=False)]
+        plan.rows(units[0])
+        started = cpu()
+        for unit in units[1:]:
+            plan.rows(unit)
+        found["unit"].append((cpu() - started) / (len(units) - 1))
+    return {"files": files, **{k: statistics.median(v) for k, v in found.items()}}
+
+
 def report(results: dict) -> str:
     lines = [
         f"{results['setup']['text_bytes'] / 1e6:.1f} MB of text in {results['settings']['docs']} documents; "
@@ -138,6 +168,12 @@ def report(results: dict) -> str:
     for n, t in results["setup"]["tables"].items():
         lines.append(
             f"{n:>6} {t['write_s']:>8.1f} {t['commit_s']:>9.1f} {t['pin_s']:>6.1f} {t['manifest_bytes'] / 1e3:>12.0f}"
+        )
+    lines += ["", "CPU seconds, median of 3: read the manifest, its fingerprint again, check files, plan one unit"]
+    for p in results["planning"]:
+        lines.append(
+            f"{p['files']:>6} files: load {p['load']:.3f}  fingerprint {p['fingerprint']:.3f}  "
+            f"missing_files {p['missing']:.3f}  unit {p['unit'] * 1e3:.2f} ms"
         )
     lines += [
         "",
@@ -185,6 +221,9 @@ def main() -> int:
     parser.add_argument("--shuffle-window", type=int, default=64)
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child and args.child[0] == "planning":
+        print(json.dumps(measure_planning(args.home, int(args.child[1]))))
+        return 0
     if args.child:
         backend, files = args.child
         result = measure(args.home, backend, int(files), args.batches, args.seq_len, args.batch, args.shuffle_window)
@@ -203,6 +242,7 @@ def main() -> int:
     print(json.dumps(setup["tables"]), flush=True)
     common = ["--batches", str(args.batches), "--seq-len", str(args.seq_len), "--batch", str(args.batch)]
     common += ["--shuffle-window", str(args.shuffle_window)]
+    planning = [_child(home, common, "planning", str(n)) for n in counts]
     measurements = []
     for backend in args.backends.split(","):
         for n in counts:
@@ -211,6 +251,7 @@ def main() -> int:
     results = {
         "setup": setup,
         "settings": {k: str(v) for k, v in vars(args).items()} | {"cpus": os.cpu_count()},
+        "planning": planning,
         "measurements": measurements,
     }
     (home / "files-results.json").write_text(json.dumps(results, indent=2))

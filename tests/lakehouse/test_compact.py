@@ -16,6 +16,7 @@ from factory_cli.main import main
 from lakehouse.catalog import ensure_table
 from lakehouse.commit import Run, commit_files, snapshot_stats
 from lakehouse.compact import compact_table, data_snapshot
+from lakehouse.errors import InputError
 from lakehouse.schemas import DOCUMENT_SCHEMA
 from tests.conftest import run_factory
 from tests.lakehouse.test_commit import stage
@@ -89,6 +90,13 @@ def test_small_files_become_one_replace_snapshot_with_the_same_rows_and_lineage(
     noop = compact_table(catalog, TABLE)
     assert noop.already and noop.snapshot_id is None
     assert catalog.load_table(TABLE).current_snapshot().snapshot_id == snapshot.snapshot_id
+
+
+def test_an_empty_table_is_left_alone_and_an_unknown_branch_refused(catalog):
+    ensure_table(catalog, TABLE, DOCUMENT_SCHEMA)
+    assert compact_table(catalog, TABLE).snapshot_id is None
+    with pytest.raises(InputError, match="has no branch 'nope'"):
+        compact_table(catalog, TABLE, branch="nope")
 
 
 def test_files_combine_up_to_the_tables_target_size_and_big_files_stay(catalog):
