@@ -26,7 +26,7 @@ class LoaderConfig:
     dp_world: int = 1
     """Number of data-parallel ranks; must divide ``num_shards``."""
     backend: str = "ray"
-    """``ray``: Ray Data tasks read and tokenize; ``local``: this process does. Same stream."""
+    """``ray``: Ray tasks read and tokenize; ``local``: this process does. Same stream."""
     num_shards: int | None = None
     """Logical shards S (part of the stream's definition; any ``dp_world`` dividing it can resume).
     Default: the largest divisor of ``global_batch_size`` not above 16."""

@@ -63,17 +63,21 @@ def stdlib_texts() -> list[tuple[str, str]]:
     return found
 
 
-def write_table(catalog, name: str, texts: list[tuple[str, str]], megabytes: int) -> int:
-    """A document table of ``megabytes`` of source (the library repeated under new ids if needed)."""
+def write_table(
+    catalog, name: str, texts: list[tuple[str, str]], megabytes: int, row_group_rows: int | None = None
+) -> int:
+    """A document table of ``megabytes`` of source (the library repeated under new ids if needed), in
+    files of 8 MB; in row groups of ``row_group_rows`` documents if given (else one a file)."""
     import pyarrow as pa
 
     from lakehouse.catalog import ensure_table
     from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
 
     table = ensure_table(catalog, ("bench", name), DOCUMENT_SCHEMA)
-    with table.transaction() as transaction:
-        transaction.set_properties({"write.parquet.row-group-limit": str(ROW_GROUP_ROWS)})
-    table = catalog.load_table(("bench", name))
+    if row_group_rows:
+        with table.transaction() as transaction:
+            transaction.set_properties({"write.parquet.row-group-limit": str(row_group_rows)})
+        table = catalog.load_table(("bench", name))
     rows, size, copy = [], 0, 0
     while size < megabytes * 1e6:
         for path, text in texts:
@@ -105,7 +109,7 @@ def prepare(home: Path, tables: dict[str, int], vocab: int) -> dict:
     (home / "warehouse").mkdir(parents=True, exist_ok=True)
     catalog = load_catalog("bench", **embedded_catalog_properties(home))
     texts = stdlib_texts()
-    sizes = {name: write_table(catalog, name, texts, mb) for name, mb in tables.items()}
+    sizes = {name: write_table(catalog, name, texts, mb, ROW_GROUP_ROWS) for name, mb in tables.items()}
     for name in sizes:
         spec = spec_from_dict({"seed": 1, "components": [{"name": "code", "table": f"bench.{name}", "weight": 1}]})
         pin(catalog, spec).save(home / f"{name}.json")
