@@ -25,7 +25,7 @@ Two plans run stages 2–6, with the same rules and the same output files (teste
 - the driver plan, for inputs of up to ``DRIVER_DOCUMENTS`` documents: one job collects the
   exact groups and LSH buckets that two or more documents share (a few rows per duplicate),
   one fetches the texts of the candidate pairs, and the driver verifies, clusters and decides
-  (``dedup_local.py``); with the features pass and the two writes, five Spark jobs;
+  (``dedup_local.py``); with the features pass and the two writes, about five Spark jobs;
 - the distributed plan, for larger inputs: every stage a Spark job over the features, some
   twenty jobs whose scheduling costs seconds, but nothing held per document on the driver.
 
