@@ -5,8 +5,11 @@
 Both sides get the same documents (this machine's Python standard library as `code`, its
 package documentation as `text`, up to --mb MB each) and the same filters, from the shipped
 configs: for `text` datatrove's own Gopher repetition, Gopher quality, C4 and FineWeb filters
-(built with the thresholds of quality/configs/text.toml), for `code` our code filters, which
-datatrove runs through a small BaseFilter adapter.
+(built with the thresholds of quality/configs/text.toml), for `code` our code filters' reference
+``filter`` methods (StarCoder2's patterns as written, one datatrove step per filter), which
+datatrove runs through a small BaseFilter adapter. Our job runs the chain's ``decide`` path:
+the same verdicts (tests/quality/test_fast_filters.py), computed with shared line splitting and
+word tokenizing per document and with fewer regex scans.
 
 - ours: ``filter_documents`` on Spark ``local[<cores>]`` (session started and its Python workers
   warmed by a small run before timing, as in a long-running Spark application), reading
