@@ -131,7 +131,13 @@ def test_fast_words_are_datatrove_words():
 
     words = FastWords("eng")
     for text in _doc_texts()[:20] + EDGE_CASES + ["", "   ", "One. Two! Three? Four"]:
-        assert words.words(text) == split_into_words(text, "eng")
+        ours, theirs = words.words(text), split_into_words(text, "eng")
+        if "IS_ALPHA" in text:
+            # Whether spaCy breaks on its own symbol name, and datatrove then drops the name, depends
+            # on the state of the tokenizer instance's memory zones (and so on what ran before): the
+            # other tokens must agree.
+            ours, theirs = ([w for w in ws if w != "IS_ALPHA"] for ws in (ours, theirs))
+        assert ours == theirs
         for line in [*text.splitlines()[:20], text[:500]]:
             assert words.sentence_count(line) == len(split_into_sentences(line, "eng"))
 
