@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.loader.run import RssSampler, stdlib_texts  # noqa: E402
+from benchmarks.loader.run import RssSampler, run_child, stdlib_texts  # noqa: E402
 
 DOC_CHARS = 2000
 
@@ -194,15 +194,7 @@ def report(results: dict) -> str:
 
 def _child(home: Path, common: list[str], *args: str) -> dict:
     """One measurement in a fresh process (this file, ``--child``)."""
-    import subprocess
-
-    done = subprocess.run(
-        [sys.executable, __file__, "--home", str(home), *common, "--child", *args],
-        capture_output=True, text=True, env={**os.environ, "RAY_DISABLE_USAGE_STATS": "1"},
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise SystemExit(f"measurement {args} failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_child(home, common, *args, script=__file__)
 
 
 def main() -> int:

@@ -130,11 +130,17 @@ class RssSampler(threading.Thread):
         self.raylet_pid, self.peak_self, self.peak_workers, self.done = raylet_pid, 0, 0, threading.Event()
 
     def run(self) -> None:
+        # Sampled first and last too: a run shorter than one interval still gets its figure.
+        self._sample()
         while not self.done.wait(0.25):  # resident memory moves slowly; a scan of /proc costs CPU
-            self.peak_self = max(self.peak_self, _rss(os.getpid()))
-            if self.raylet_pid:
-                workers = sum(_rss(p) for p in _children(self.raylet_pid))
-                self.peak_workers = max(self.peak_workers, workers)
+            self._sample()
+        self._sample()
+
+    def _sample(self) -> None:
+        self.peak_self = max(self.peak_self, _rss(os.getpid()))
+        if self.raylet_pid:
+            workers = sum(_rss(p) for p in _children(self.raylet_pid))
+            self.peak_workers = max(self.peak_workers, workers)
 
 
 def _rss(pid: int) -> int:
@@ -324,9 +330,10 @@ def measure_seek(home: Path, backend: str, args: argparse.Namespace) -> dict:
 # --- the driver ------------------------------------------------------------------------------------
 
 
-def run_child(home: Path, common: list[str], *args: str) -> dict:
+def run_child(home: Path, common: list[str], *args: str, script: str = __file__) -> dict:
+    """One measurement in a fresh process: ``script --child`` (this file, or another benchmark's)."""
     done = subprocess.run(
-        [sys.executable, __file__, "--home", str(home), *common, "--child", *args],
+        [sys.executable, script, "--home", str(home), *common, "--child", *args],
         capture_output=True,
         text=True,
         env={**os.environ, "RAY_DISABLE_USAGE_STATS": "1"},
