@@ -22,10 +22,10 @@ Stages (each a plain function of ``dedup_stages``, ``minhash``, ``shingles`` run
 
 Two plans run stages 2–6, with the same rules and the same output files (tested):
 
-- the driver plan, for inputs of up to ``DRIVER_DOCUMENTS`` documents: one job collects the
-  exact groups and LSH buckets that two or more documents share (a few rows per duplicate),
-  one fetches the texts of the candidate pairs, and the driver verifies, clusters and decides
-  (``dedup_local.py``); with the features pass and the two writes, about five Spark jobs;
+- the driver plan, for inputs of up to ``DRIVER_DOCUMENTS`` documents: the features pass's
+  rows (a few hundred bytes a document) are collected to the driver, which groups the exact
+  keys and band hashes, reads the candidate pairs' texts with pyarrow (``snapshot_texts.py``),
+  verifies, clusters and decides (``dedup_local.py``); with the two writes, three Spark jobs;
 - the distributed plan, for larger inputs: every stage a Spark job over the features, some
   twenty jobs whose scheduling costs seconds, but nothing held per document on the driver.
 
@@ -44,7 +44,6 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
@@ -68,18 +67,21 @@ from pipelines.dedup_local import (
     INPUT,
     PAIRS_BUCKET_LIMIT,
     REFERENCE,
-    Collisions,
     Decision,
     candidate_pairs,
+    collisions_of,
     decide,
     decision_stats,
+    feature_counts,
 )
 from pipelines.dedup_stages import (
     FEATURES_SCHEMA,
     DedupConfig,
+    KeyedShingles,
     compare_pairs,
     document_features,
 )
+from pipelines.snapshot_texts import TextSource, texts_of
 from pipelines.spark_session import NO_ADAPTIVE, read_snapshot, session_conf
 from pipelines.staging import Target, write_staged
 
@@ -98,15 +100,13 @@ BROADCAST_TEXT_BYTES = 64 << 20
 # spark.sql.shuffle.partitions says; the result does not depend on it either way.
 ROWS_PER_PARTITION = 2_000_000
 # Inputs of up to this many documents (input and reference) are decided on the driver from their
-# collisions (``dedup_local``) in a few Spark jobs; larger ones by the distributed plan below,
+# features (``dedup_local``) in a few Spark jobs; larger ones by the distributed plan below,
 # whose some twenty jobs cost seconds of scheduling but hold nothing per document on the driver.
-# At a million documents the collisions are at most 17 million (key, length) rows (all of them
-# duplicates of each other), tens of megabytes in practice.
+# At a million documents the features are about 200 MB of Arrow (key, exact hash, 16 band hashes).
 DRIVER_DOCUMENTS = 1_000_000
-# ... and whose candidate pairs' texts, fetched to the driver to be verified, fit in this many bytes.
-DRIVER_TEXT_BYTES = 512 << 20
-# Candidate pairs verified per call on the driver: bounds the memory of the shingled texts.
-DRIVER_PAIRS_PER_CALL = 2_000
+# ... and whose candidate pairs' texts, fetched to the driver to be verified, fit in this many
+# bytes: they are shingled at once, about ten bytes of shingle arrays per byte of text.
+DRIVER_TEXT_BYTES = 128 << 20
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupRes
         bands, rows, opts.config.shingles.unit, opts.config.shingles.n, opts.config.verify, run.run_id,
     )  # fmt: skip
 
-    work = _Work(spark, opts.config, _texts(spark, docs, inputs.reference), inputs.records)
+    work = _Work(spark, opts.config, docs, inputs)
     with session_conf(spark, NO_ADAPTIVE), work:
         outcome = work.run()
         stats = outcome.stats
@@ -232,15 +232,30 @@ def _texts(spark: SparkSession, docs: DataFrame, reference: tuple[Table, PinnedR
 class _Work:
     """The Spark plan of one dedup run; holds what it persists so it can release it."""
 
-    def __init__(self, spark: SparkSession, cfg: DedupConfig, texts: DataFrame, records: int):
-        self.spark, self.cfg, self.texts = spark, cfg, texts
-        self.doc_parts = _partitions(records)
-        self.band_parts = _partitions(records * cfg.minhash.band_rows[0])
+    def __init__(self, spark: SparkSession, cfg: DedupConfig, docs: DataFrame, inputs: DedupInputs):
+        self.spark, self.cfg, self.docs, self.records = spark, cfg, docs, inputs.records
+        self.texts = _texts(spark, docs, inputs.reference)
+        self.sources = [
+            TextSource(table, pinned.snapshot_id, pinned.table_name, INPUT)
+            for table, pinned in zip(inputs.tables, inputs.pinned, strict=True)
+        ]
+        if inputs.reference:
+            table, pinned = inputs.reference
+            self.sources.append(TextSource(table, pinned.snapshot_id, pinned.table_name, REFERENCE))
+        self.doc_parts = _partitions(inputs.records)
+        self.band_parts = _partitions(inputs.records * cfg.minhash.band_rows[0])
         self._persisted: list[DataFrame] = []
 
     def run(self) -> _LocalOutcome | _SparkOutcome:
         """Decide every document: on the driver when the input allows (``dedup_local``), else in Spark."""
         clock = _Clock()
+        if self.records <= DRIVER_DOCUMENTS:
+            features = _features(self.texts, self.cfg).toArrow()  # the one Spark job before the writes
+            counts = feature_counts(features)
+            log.info("dedup stage 1/4 (features): %d document(s) in %.1fs", counts["all"], clock.lap())
+            outcome = self._run_local(features, counts, clock)
+            if outcome is not None:
+                return outcome
         features = self._keep(_features(self.texts, self.cfg))
         is_input = F.col("_key").startswith(INPUT)
         counts = features.agg(
@@ -252,16 +267,12 @@ class _Work:
         ).first()
         self.mean_length = counts["bytes"] / max(1, counts["all"])
         log.info("dedup stage 1/4 (features): %d document(s) in %.1fs", counts["all"], clock.lap())
-        if counts["all"] <= DRIVER_DOCUMENTS:
-            outcome = self._run_local(features, counts, clock)
-            if outcome is not None:
-                return outcome
         return self._run_distributed(features, counts, clock)
 
-    def _run_local(self, features: DataFrame, counts, clock: _Clock) -> _LocalOutcome | None:
-        """Candidates, verification and clusters on the driver, from the collected collisions;
+    def _run_local(self, features: pa.Table, counts: dict[str, int], clock: _Clock) -> _LocalOutcome | None:
+        """Candidates, verification and clusters on the driver, from the collected features;
         None when the candidates' texts are too many to fetch (the distributed plan takes over)."""
-        collisions = _collect_collisions(features, self.doc_parts, self.band_parts)
+        collisions = collisions_of(features)
         rep = collisions.representatives()
         candidates = candidate_pairs(collisions.buckets, rep)
         log.info("dedup stage 2/4 (LSH buckets): %d candidate pair(s) in %.1fs", len(candidates), clock.lap())
@@ -269,11 +280,10 @@ class _Work:
         if sum(collisions.length[key] for key in nodes) > DRIVER_TEXT_BYTES:
             log.info("dedup: the candidates' texts exceed %d bytes; deciding in Spark", DRIVER_TEXT_BYTES)
             return None
-        texts: dict[str, str] = {}
-        edges = candidates
+        edges, shingled = candidates, None
         if self.cfg.verify and candidates:
-            texts = self._fetch_texts(nodes)
-            jaccard = _compare_on_driver(self.cfg, candidates, texts)["jaccard"]
+            shingled = KeyedShingles(self.cfg, texts_of(self.sources, nodes))
+            jaccard = shingled.jaccard(candidates)
             edges = [pair for pair, j in zip(candidates, jaccard, strict=True) if j >= self.cfg.minhash.threshold]
             log.info(
                 "dedup stage 3/4 (verify): %d pair(s) at Jaccard ≥ %s in %.1fs",
@@ -286,26 +296,21 @@ class _Work:
         similarity: dict[str, tuple[float, float]] = {}
         if near:
             # Between the representatives of both exact groups, as the distributed plan does:
-            # with --verify they are candidates whose texts are at hand.
-            texts.update(self._fetch_texts({k for d in near for k in (d.rep, d.keeper_rep)} - texts.keys()))
-            sims = _compare_on_driver(self.cfg, [(d.rep, d.keeper_rep) for d in near], texts, estimate=True)
+            # with --verify they are candidates, already shingled.
+            pairs = [(d.rep, d.keeper_rep) for d in near]
+            needed = {k for pair in pairs for k in pair}
+            if shingled is None or not needed <= shingled.index.keys():
+                shingled = KeyedShingles(self.cfg, texts_of(self.sources, needed))
             similarity = {
-                d.key: (float(e), float(j)) for d, e, j in zip(near, sims["estimate"], sims["jaccard"], strict=True)
+                d.key: (float(e), float(j))
+                for d, e, j in zip(near, shingled.estimate(pairs), shingled.jaccard(pairs), strict=True)
             }
         stats = decision_stats(decisions, counts["inputs"], counts["input_bytes"], collisions.length)
         stats.update(
             {"short-documents": counts["short"], "candidate-pairs": len(candidates), "verified-pairs": len(edges)}
         )
         log.info("dedup stage 4/4 (clusters) decided on the driver in %.1fs: %s", clock.lap(), stats)
-        return _LocalOutcome(self.spark, features, decisions, similarity, stats)
-
-    def _fetch_texts(self, keys: set[str]) -> dict[str, str]:
-        """``_key`` → text of the given documents, read from the pinned snapshots (one Spark job)."""
-        if not keys:
-            return {}
-        wanted = self.spark.createDataFrame([(key,) for key in sorted(keys)], "_key string")
-        table = self.texts.join(F.broadcast(wanted), "_key", "left_semi").toArrow()
-        return dict(zip(table.column("_key").to_pylist(), table.column("text").to_pylist(), strict=True))
+        return _LocalOutcome(self.spark, self.docs, decisions, similarity, stats)
 
     def _run_distributed(self, features: DataFrame, counts, clock: _Clock) -> _SparkOutcome:
         exact = self._keep(
@@ -458,30 +463,32 @@ class _LocalOutcome:
     def __init__(
         self,
         spark: SparkSession,
-        features: DataFrame,
+        docs: DataFrame,
         decisions: list[Decision],
         similarity: dict[str, tuple[float, float]],
         stats: dict[str, int],
     ):
-        self.spark, self.features, self.decisions, self.similarity, self.stats = (
-            spark, features, decisions, similarity, stats,
+        self.spark, self.docs, self.decisions, self.similarity, self.stats = (
+            spark, docs, decisions, similarity, stats,
         )  # fmt: skip
 
     def cluster_rows(self) -> DataFrame:
-        """One clusters-table row per input document: the driver's rows joined in the tasks (the
-        function carries them, so no broadcast job), defaults for documents kept alone."""
-        rows = {d.key: _cluster_row(d, self.similarity.get(d.key)) for d in self.decisions}
+        """One clusters-table row per input document: the driver's rows, and defaults for the
+        documents kept alone, joined in the JVM. The driver's rows go as Arrow, which Spark takes
+        as a local relation (a DataFrame made from Python rows waits for a Python worker to decode them)."""
+        decided = self._decided()
+        alone = {"cluster_id": F.col("doc_id"), "kept": F.lit(True), "cluster_size": F.lit(1), "against": F.lit(False)}
+        columns = [
+            F.coalesce(F.col(name), alone[name]).alias(name) if name in alone else F.col(name)
+            for name, _, _ in _CLUSTER_ROW_FIELDS
+        ]
+        return self.docs.select("doc_id").join(F.broadcast(decided), "doc_id", "left").select(*columns)
+
+    def _decided(self) -> DataFrame:
         schema = pa.schema([(name, arrow) for name, arrow, _ in _CLUSTER_ROW_FIELDS])
-
-        def fill(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for batch in batches:
-                found = [rows.get(key) or _alone(key) for key in batch.column("_key").to_pylist()]
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array([row[i] for row in found], type=t) for i, t in enumerate(schema.types)], schema=schema
-                )
-
-        ddl = ", ".join(f"{name} {spark}" for name, _, spark in _CLUSTER_ROW_FIELDS)
-        return self.features.where(F.col("_key").startswith(INPUT)).select("_key").mapInArrow(fill, ddl)
+        rows = [_cluster_row(d, self.similarity.get(d.key)) for d in self.decisions]
+        columns = [pa.array([row[i] for row in rows], type=t) for i, t in enumerate(schema.types)]
+        return self.spark.createDataFrame(pa.table(columns, schema=schema))
 
     def kept_documents(self, docs: DataFrame, schema: Schema, partitions: int) -> DataFrame:
         """The kept input documents with their cluster_id, hash-partitioned and sorted by doc_id
@@ -489,9 +496,14 @@ class _LocalOutcome:
         columns = [f.name for f in schema.fields]
         kept, cluster_id = docs.select(*columns), F.col("doc_id")
         if self.decisions:
-            clustered = self.spark.createDataFrame(
-                [(d.doc_id, d.cluster_id, d.kept) for d in self.decisions],
-                "_doc_id string, _cluster_id string, _kept boolean",
+            clustered = self.spark.createDataFrame(  # Arrow: a local relation, as in cluster_rows
+                pa.table(
+                    {
+                        "_doc_id": pa.array([d.doc_id for d in self.decisions], pa.string()),
+                        "_cluster_id": pa.array([d.cluster_id for d in self.decisions], pa.string()),
+                        "_kept": pa.array([d.kept for d in self.decisions], pa.bool_()),
+                    }
+                )
             )
             kept = kept.join(F.broadcast(clustered), F.col("doc_id") == F.col("_doc_id"), "left").where(
                 F.col("_kept").isNull() | F.col("_kept")
@@ -509,55 +521,6 @@ def _cluster_row(d: Decision, similarity: tuple[float, float] | None) -> tuple:
         similarity = (1.0, 1.0)
     estimate, jaccard = similarity or (None, None)
     return (d.doc_id, d.cluster_id, d.kept, d.cluster_size, d.duplicate_of, d.against, d.match, estimate, jaccard)
-
-
-def _alone(key: str) -> tuple:
-    """The row of a document in no cluster: kept, its own cluster of one."""
-    doc_id = key[1:]
-    return (doc_id, doc_id, True, 1, None, False, None, None, None)
-
-
-def _collect_collisions(features: DataFrame, doc_parts: int, band_parts: int) -> Collisions:
-    """Exact groups and LSH buckets of two or more documents, with their members' lengths (one job)."""
-    member = F.collect_list(F.struct("_key", "_length")).alias("members")
-    exact = (
-        features.select("_exact", "_key", "_length")
-        .repartition(doc_parts, "_exact")
-        .groupBy("_exact")
-        .agg(member)
-        .where(F.size("members") > 1)
-        .select(F.lit(-1).alias("band"), "members")
-    )
-    buckets = (
-        features.where(F.col("_bands").isNotNull())
-        .select("_key", "_length", F.posexplode("_bands").alias("_band", "_hash"))
-        .repartition(band_parts, "_band", "_hash")
-        .groupBy("_band", "_hash")
-        .agg(member)
-        .where(F.size("members") > 1)
-        .select(F.col("_band").alias("band"), "members")
-    )
-    table = exact.unionByName(buckets).toArrow()
-    exact_groups, bucket_list, length = [], [], {}
-    for band, members in zip(table.column("band").to_pylist(), table.column("members").to_pylist(), strict=True):
-        keys = [m["_key"] for m in members]
-        length.update((m["_key"], m["_length"]) for m in members)
-        (exact_groups if band < 0 else bucket_list).append(keys)
-    return Collisions(exact_groups, bucket_list, length)
-
-
-def _compare_on_driver(
-    cfg: DedupConfig, pairs: list[tuple[str, str]], texts: dict[str, str], *, estimate: bool = False
-) -> dict[str, np.ndarray]:
-    """``compare_pairs`` over (key, key) pairs, a slice at a time (the values do not depend on the slicing)."""
-    parts: dict[str, list[np.ndarray]] = {"jaccard": [], "estimate": []}
-    for start in range(0, len(pairs), DRIVER_PAIRS_PER_CALL):
-        chunk = pairs[start : start + DRIVER_PAIRS_PER_CALL]
-        left = pa.array([texts[a] for a, _ in chunk], type=pa.large_string())
-        right = pa.array([texts[b] for _, b in chunk], type=pa.large_string())
-        for name, values in compare_pairs(cfg, left, right, estimate=estimate).items():
-            parts[name].append(values)
-    return {name: np.concatenate(values) if values else np.zeros(0) for name, values in parts.items()}
 
 
 class _Clock:

@@ -24,6 +24,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 # Internal document key: the side ("0" reference, "1" input) then doc_id. Reference documents
 # sort first, so a cluster's smallest key tells whether it holds published data; input and
 # reference may share doc_ids (the same record, already published).
@@ -49,6 +53,46 @@ class Collisions:
             smallest = min(group)
             rep.update(dict.fromkeys(group, smallest))
         return rep
+
+
+def collisions_of(features: pa.Table) -> Collisions:
+    """The exact groups and LSH buckets of two or more documents in the features pass's rows
+    (``dedup_stages.FEATURE_FIELDS``), grouped by pyarrow on the driver."""
+    keys = features.column("_key").to_pylist()
+    lengths = features.column("_length").to_numpy()
+    rows = pa.array(np.arange(features.num_rows))
+    exact = _shared(pa.table({"_exact": features.column("_exact"), "row": rows}), ["_exact"])
+    bands = features.column("_bands").combine_chunks()
+    flat = pc.list_flatten(bands)
+    width = len(flat) // max(1, len(bands) - bands.null_count)  # every present list has one hash per band
+    band = pa.array(np.arange(len(flat)) % max(1, width))
+    shared = _shared(pa.table({"band": band, "hash": flat, "row": pc.list_parent_indices(bands)}), ["band", "hash"])
+    members = {i for group in exact + shared for i in group}
+    return Collisions(
+        exact_groups=[[keys[i] for i in group] for group in exact],
+        buckets=[[keys[i] for i in group] for group in shared],
+        length={keys[i]: int(lengths[i]) for i in members},
+    )
+
+
+def _shared(rows: pa.Table, by: list[str]) -> list[list[int]]:
+    """The ``row`` lists of the groups of ``by`` that hold two or more rows."""
+    grouped = rows.group_by(by, use_threads=False).aggregate([("row", "list")])
+    lists = grouped.column("row_list")
+    return lists.filter(pc.greater(pc.list_value_length(lists), 1)).to_pylist()
+
+
+def feature_counts(features: pa.Table) -> dict[str, int]:
+    """What stage 1 reports: documents and bytes, all and input only, and short input documents."""
+    is_input = pc.starts_with(features.column("_key"), INPUT)
+    lengths = features.column("_length")
+    return {
+        "all": features.num_rows,
+        "bytes": pc.sum(lengths).as_py() or 0,
+        "inputs": pc.sum(is_input).as_py() or 0,
+        "input_bytes": pc.sum(pc.if_else(is_input, lengths, 0)).as_py() or 0,
+        "short": pc.sum(pc.and_(is_input, pc.is_null(features.column("_bands")))).as_py() or 0,
+    }
 
 
 def candidate_pairs(buckets: Iterable[list[str]], rep: dict[str, str]) -> list[tuple[str, str]]:

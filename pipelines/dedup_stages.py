@@ -3,11 +3,13 @@
 - ``document_features``: text → exact-duplicate key, length, shingle count and LSH band hashes
   of its MinHash signature (bands only for documents with enough shingles);
 - ``compare_pairs``: pairs of texts → exact Jaccard of their shingle sets, and the similarity
-  their MinHash signatures estimate.
+  their MinHash signatures estimate;
+- ``KeyedShingles``: the same for pairs of keys of texts held on the driver, each text shingled once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,7 +19,7 @@ import pyarrow.compute as pc
 from lakehouse.errors import InputError
 from pipelines.minhash import MinHashConfig, band_hashes, estimated_similarity, signatures
 from pipelines.shingles import ShingleConfig, chunks, shingle
-from pipelines.similarity import pair_jaccard
+from pipelines.similarity import jaccard_of_pairs, pair_jaccard
 
 # With --verify every candidate pair is checked exactly, so a false positive costs one check
 # while a false negative is a duplicate kept: bands × rows are chosen weighing false negatives
@@ -109,6 +111,35 @@ def compare_pairs(
         sigs = signatures(both, cfg.minhash)
         out["estimate"] = estimated_similarity(sigs[: len(left)], sigs[len(left) :])
     return out
+
+
+class KeyedShingles:
+    """Shingle sets, and on demand MinHash signatures, of keyed texts, each text processed once:
+    the driver plan compares each candidate's text with several others, and a near duplicate's
+    representatives again for the similarity it reports."""
+
+    def __init__(self, cfg: DedupConfig, texts: Mapping[str, str]):
+        self.cfg = cfg
+        keys = sorted(texts)
+        self.index = {key: i for i, key in enumerate(keys)}
+        self.shingled = shingle(pa.array([texts[k] for k in keys], type=pa.large_string()), cfg.shingles)
+        self._signatures: np.ndarray | None = None
+
+    def jaccard(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """Exact Jaccard similarity of each pair of keys."""
+        return jaccard_of_pairs(self.shingled, *self._rows(pairs))
+
+    def estimate(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """The similarity the MinHash signatures of each pair of keys estimate."""
+        if self._signatures is None:
+            self._signatures = signatures(self.shingled, self.cfg.minhash)
+        left, right = self._rows(pairs)
+        return estimated_similarity(self._signatures[left], self._signatures[right])
+
+    def _rows(self, pairs: Sequence[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
+        left = np.array([self.index[a] for a, _ in pairs], dtype=np.int64)
+        right = np.array([self.index[b] for _, b in pairs], dtype=np.int64)
+        return left, right
 
 
 def _rows_as_lists(matrix: np.ndarray, present: np.ndarray) -> pa.Array:

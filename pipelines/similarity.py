@@ -63,7 +63,7 @@ def jaccard_join(shingled: Shingled, threshold: float, eligible: np.ndarray | No
     small, large = np.minimum(sizes[left], sizes[right]), np.maximum(sizes[left], sizes[right])
     plausible = small >= threshold * large - 1e-9  # J ≤ |small| / |large|
     left, right = left[plausible], right[plausible]
-    similarity = _verify_pairs(shingled, left, right)
+    similarity = jaccard_of_pairs(shingled, left, right)
     hit = similarity >= threshold
     return left[hit], right[hit], similarity[hit]
 
@@ -111,7 +111,7 @@ def _sorted_unique(values: np.ndarray) -> np.ndarray:
     return values[fresh]
 
 
-def _verify_pairs(shingled: Shingled, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+def jaccard_of_pairs(shingled: Shingled, left: np.ndarray, right: np.ndarray) -> np.ndarray:
     """Exact Jaccard of each pair (left[k], right[k]) of documents of ``shingled``."""
     counts, starts = shingled.counts(), shingled.starts()
     out = np.zeros(len(left))

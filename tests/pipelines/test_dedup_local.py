@@ -7,9 +7,11 @@ from pipelines.dedup_local import (
     PAIRS_BUCKET_LIMIT,
     Collisions,
     candidate_pairs,
+    collisions_of,
     components,
     decide,
     decision_stats,
+    feature_counts,
 )
 
 
@@ -51,3 +53,39 @@ def test_a_cluster_keeps_its_reference_else_its_longest_text_and_counts_as_the_s
         "documents-in": 10, "kept": 7, "exact-duplicates": 2, "near-duplicates": 1, "against-duplicates": 1,
         "clusters": 2, "largest-cluster": 3, "bytes-in": 500, "bytes-kept": 500 - 10 - 30 - 5,
     }  # fmt: skip
+
+
+def test_collisions_are_the_exact_groups_and_shared_band_hashes_of_the_features():
+    import pyarrow as pa
+
+    from pipelines.dedup_stages import DedupConfig, document_features
+
+    words = [f"word{i}" for i in range(60)]
+    base = " ".join(words)
+    texts = {
+        "1a": base,
+        "1b": base.upper(),  # normalises to 1a's text: exact group
+        "1c": " ".join([*words[:-1], "changed"]),  # near 1a: shares bands
+        "0d": " ".join(reversed(words)),
+        "1e": "too short",  # no bands: exact dedup only
+        "1f": "too short",
+    }
+    keys = pa.array(list(texts))
+    features = pa.Table.from_batches([document_features(keys, pa.array(list(texts.values())), DedupConfig())])
+    got = collisions_of(features)
+
+    rows = features.to_pylist()
+    exact: dict[bytes, set[str]] = {}
+    buckets: dict[tuple[int, int], set[str]] = {}
+    for row in rows:
+        exact.setdefault(row["_exact"], set()).add(row["_key"])
+        for band, value in enumerate(row["_bands"] or []):
+            buckets.setdefault((band, value), set()).add(row["_key"])
+    shared = sorted(sorted(group) for group in buckets.values() if len(group) > 1)
+    assert sorted(sorted(group) for group in got.exact_groups) == [["1a", "1b"], ["1e", "1f"]]
+    assert sorted(sorted(group) for group in got.buckets) == shared
+    assert any(set(group) >= {"1a", "1c"} for group in got.buckets)
+    assert got.length == {key: len(texts[key].encode()) for group in got.exact_groups + got.buckets for key in group}
+    counts = feature_counts(features)
+    assert counts == {"all": 6, "bytes": sum(len(t.encode()) for t in texts.values()), "inputs": 5,
+                      "input_bytes": sum(len(t.encode()) for k, t in texts.items() if k[0] == "1"), "short": 2}  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from pipelines.dedup_stages import DedupConfig, compare_pairs, document_features
+from pipelines.dedup_stages import DedupConfig, KeyedShingles, compare_pairs, document_features
 from pipelines.minhash import MinHashConfig, band_hashes, signatures
 from pipelines.shingles import ShingleConfig, shingle
 
@@ -35,3 +35,20 @@ def test_pairs_are_compared_exactly_and_estimated():
     assert got["jaccard"][0] == pytest.approx(len(a & b) / len(a | b)) and got["jaccard"][1] == 0.0
     assert abs(got["estimate"][0] - got["jaccard"][0]) < 0.1 and got["estimate"][1] < 0.05
     assert "estimate" not in compare_pairs(cfg, pa.array([LONG]), pa.array([LONG]))
+
+
+def test_keyed_shingles_give_compare_pairs_values_with_each_text_shingled_once():
+    cfg = DedupConfig()
+    texts = {
+        "1a": LONG,
+        "1b": LONG.replace("lazy", "sleepy", 1),
+        "1c": LONG.replace("warm", "cold").replace("cat", "dog"),
+        "0d": "Ünïcode text, longer than five words for sure, yes " * 2,
+    }
+    pairs = [("1a", "1b"), ("1b", "1c"), ("0d", "1a"), ("1a", "1c"), ("1a", "1b")]
+    keyed = KeyedShingles(cfg, texts)
+    expected = compare_pairs(
+        cfg, pa.array([texts[a] for a, _ in pairs]), pa.array([texts[b] for _, b in pairs]), estimate=True
+    )
+    assert keyed.jaccard(pairs).tolist() == expected["jaccard"].tolist()  # bit for bit: the tables must not change
+    assert keyed.estimate(pairs).tolist() == expected["estimate"].tolist()
