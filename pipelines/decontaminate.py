@@ -155,7 +155,7 @@ def _mark_and_stage(
         ),
     }
     io_properties = targets["documents"].io_properties
-    units = plan_units(snapshot_files(source, pinned.snapshot_id, pinned.table_name), io_properties)
+    units = plan_units(snapshot_files(source, pinned.snapshot_id, pinned.table_name), io_properties, "n_bytes")
     log.info("decontaminate %s against %s (%d-grams, %d unit(s), run %s)", pinned, ", ".join(suites), n,
              len(units), run.run_id)  # fmt: skip
     # As the filter job: one task per core, each running every n-th unit, one file per unit.

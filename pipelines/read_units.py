@@ -19,6 +19,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -39,14 +40,56 @@ class ReadUnit:
     stop: int
 
 
-def plan_units(paths: list[str], io_properties: Mapping[str, str]) -> list[ReadUnit]:
-    """The units of the given data files, from their Parquet footers (no data is read)."""
-    footers = {path: _open(path, io_properties).metadata for path in sorted(paths)}
-    total = sum(_group_bytes(meta, i) for meta in footers.values() for i in range(meta.num_row_groups))
+def plan_units(paths: list[str], io_properties: Mapping[str, str], size_column: str | None = None) -> list[ReadUnit]:
+    """The units of the given data files, from their Parquet footers and, with ``size_column``
+    (a column of each row's size, such as a document table's ``n_bytes``), that column alone.
+
+    A footer gives a row group's bytes, not its rows': spread evenly, a unit in a row group of
+    documents of very different sizes (a folder's large changelogs next to each other) can hold
+    ten times its share, and the task that runs it keeps one core busy long after the others.
+    The size column, a few bytes a row, spreads each row group's bytes over its rows as the rows
+    really are."""
+    files = {path: _open(path, io_properties) for path in sorted(paths)}
+    total = sum(_group_bytes(f.metadata, i) for f in files.values() for i in range(f.metadata.num_row_groups))
     unit_bytes = min(MAX_UNIT_BYTES, max(MIN_UNIT_BYTES, math.ceil(total / UNITS_PER_SNAPSHOT)))
     units = []
-    for path, meta in footers.items():
-        units.extend(_file_units(path, meta, unit_bytes))
+    for path, parquet in files.items():
+        weights = _row_weights(parquet, size_column) if size_column else None
+        if weights is None:
+            units.extend(_file_units(path, parquet.metadata, unit_bytes))
+        else:
+            units.extend(_weighted_units(path, weights, unit_bytes))
+    return units
+
+
+def _row_weights(parquet: pq.ParquetFile, size_column: str) -> np.ndarray | None:
+    """Each row's share of its row group's bytes, in proportion to ``size_column``; None when the
+    file lacks the column or it holds nulls or negative sizes."""
+    if size_column not in parquet.schema_arrow.names:
+        return None
+    meta, parts = parquet.metadata, []
+    for group in range(meta.num_row_groups):
+        sizes = parquet.read_row_group(group, columns=[size_column]).column(0)
+        if sizes.null_count:
+            return None
+        sizes = sizes.to_numpy().astype(np.float64)
+        if (sizes < 0).any():
+            return None
+        total = sizes.sum()
+        share = sizes / total if total > 0 else np.full(len(sizes), 1 / max(1, len(sizes)))
+        parts.append(share * _group_bytes(meta, group))
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def _weighted_units(path: str, weights: np.ndarray, unit_bytes: int) -> list[ReadUnit]:
+    """Consecutive row ranges of one file, each closed at the first row that brings it to ``unit_bytes``."""
+    ends = np.cumsum(weights)
+    units, start = [], 0
+    while start < len(weights):
+        before = ends[start - 1] if start else 0.0
+        stop = min(len(weights), int(np.searchsorted(ends, before + unit_bytes, side="left")) + 1)
+        units.append(ReadUnit(path, start, stop))
+        start = stop
     return units
 
 

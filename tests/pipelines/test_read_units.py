@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -52,3 +53,24 @@ def test_drop_count_keys_join_the_filter_and_reason_present():
     assert routed.column("_count_key").to_pylist() == ["", "x", "code", "code\ttoo-long"]
     assert routed.column("stage").to_pylist() == ["filter"] * 4
     assert routed.column("run_id").to_pylist() == ["run-1"] * 4
+
+
+def test_a_size_column_balances_units_where_large_rows_cluster(tmp_path, monkeypatch):
+    monkeypatch.setattr(read_units, "MIN_UNIT_BYTES", 5_000)
+    # One row group: 180 small documents, then 20 that hold 40 times as much text each.
+    sizes = [500] * 180 + [20_000] * 20
+    random = np.random.default_rng(0)
+    texts = [random.bytes(n // 2).hex() for n in sizes]  # incompressible: the footer's bytes follow the text
+    table = pa.table({"doc_id": [f"d{i:03d}" for i in range(200)], "text": texts, "n_bytes": sizes})
+    path = str(tmp_path / "a.parquet")
+    pq.write_table(table, path, row_group_size=200)
+
+    def unit_text(units):
+        return [sum(sizes[u.start : u.stop]) for u in units]
+
+    even = unit_text(plan_units([path], {}))
+    weighted = plan_units([path], {}, size_column="n_bytes")
+    assert [r for u in weighted for r in range(u.start, u.stop)] == list(range(200))  # every row once, in order
+    assert max(even) > 4 * sum(sizes) / len(even)  # spread evenly, the last units hold the large rows
+    assert max(unit_text(weighted)) < 2 * sum(sizes) / len(weighted)
+    assert plan_units([path], {}, size_column="missing") == plan_units([path], {})
