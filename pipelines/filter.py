@@ -58,13 +58,17 @@ from pipelines.coalesce import coalesce_outputs
 from pipelines.read_units import ReadUnit, plan_units
 from pipelines.spark_session import read_snapshot, snapshot_files
 from pipelines.staging import REPORT_SCHEMA, Target, staged_outputs
-from quality.config import FilterConfig, load_config
+from quality.config import FilterConfig, filter_class, load_config
 from quality.filter_task import VERDICT_FIELDS
 
 log = logging.getLogger("factory.filter")
 
-# Tasks per core the filter's units of work are dealt into (see _filter_and_commit).
-TASKS_PER_CORE = 4
+# Tasks per core a config's units of work are dealt into, which the scheduler hands to the first
+# free core. Prose filters (word tokenizing) cost several times code filters a byte, and a unit's
+# cost follows its text only roughly: with one task per core a text run left one core idle for a
+# quarter of it (tasks of 25.7 s and 33.4 s), where four per core kept both busy. A Spark task
+# costs about 0.1-0.2 s here, as much as a unit of code: code configs keep one task per core.
+PROSE_TASKS_PER_CORE = 4
 
 STAGE = "filter"
 # Columns the filter stage adds to each row (quality.filter_task); an input must not have them.
@@ -264,12 +268,9 @@ def _filter_and_commit(job: _Job, start_audit: bool) -> tuple[Snapshot, Snapshot
     paths = snapshot_files(job.source, job.pinned.snapshot_id, job.pinned.table_name)
     units = plan_units(paths, io_properties, size_column="n_bytes")
     log.info("%d document file(s) in %d unit(s) of work", len(paths), len(units))
-    # A few tasks per core, each running every n-th unit, which the scheduler hands to the first
-    # free core. A unit's cost follows its text only roughly (prose costs several times code a
-    # byte): one task per core left one core idle for a quarter of a text run (tasks of 25.7 s
-    # and 33.4 s), and one task per unit cost about 0.2 s a task on code. Files are named by
-    # unit, so the output is the same whatever the number of tasks.
-    tasks = max(1, min(len(units), TASKS_PER_CORE * job.spark.sparkContext.defaultParallelism))
+    # Each task runs every n-th unit. Files are named by unit, so the output is the same
+    # whatever the number of tasks.
+    tasks = max(1, min(len(units), _tasks_per_core(job.config) * job.spark.sparkContext.defaultParallelism))
     task = _filter_task(units, tasks, arrow_schema(snapshot_schema(job.source, job.pinned.snapshot_id)),
                         io_properties, job.config, job.run.run_id, targets)  # fmt: skip
     reports = job.spark.range(0, tasks, 1, tasks).mapInArrow(task, REPORT_SCHEMA).collect()
@@ -318,6 +319,11 @@ def _filter_task(
                     yield from write_partition(marked, targets, part=unit_id)
 
     return task
+
+
+def _tasks_per_core(config: FilterConfig) -> int:
+    prose = any(filter_class(name).uses_language for name in config.filters)
+    return PROSE_TASKS_PER_CORE if prose else 1
 
 
 def drop_stats(counts: dict[str, int]) -> dict[str, int]:
