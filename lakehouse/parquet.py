@@ -76,6 +76,13 @@ def file_io_properties(catalog_name: str | None) -> dict[str, str]:
     return {k: str(v) for k, v in config.items() if k not in _NOT_FILE_IO and not isinstance(v, dict)}
 
 
+def store_properties(io_properties: Mapping[str, str]) -> dict[str, str]:
+    """A table's FileIO properties (``table.io.properties``) without the catalog's connection
+    string (``uri``, which may hold a database password): what a reader or writer of its files
+    needs, and all that may travel to Spark tasks."""
+    return {k: v for k, v in io_properties.items() if k != "uri"}
+
+
 def open_parquet(uri: str, label: str, properties: Mapping[str, str] = _NONE) -> pq.ParquetFile:
     """A Parquet file opened for reading; ``label`` says whose file it is in errors."""
     fs, path = split_uri(uri, properties)

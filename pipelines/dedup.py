@@ -443,17 +443,19 @@ class _SparkOutcome:
         return _kept_documents(docs, self.decided, schema, partitions)
 
 
-# The clusters table's columns as the local plan's tasks produce them (CLUSTERS_SCHEMA's types).
-_CLUSTER_ROW_FIELDS = (
-    ("doc_id", pa.string(), "string"),
-    ("cluster_id", pa.string(), "string"),
-    ("kept", pa.bool_(), "boolean"),
-    ("cluster_size", pa.int64(), "long"),
-    ("duplicate_of", pa.string(), "string"),
-    ("against", pa.bool_(), "boolean"),
-    ("match", pa.string(), "string"),
-    ("similarity", pa.float64(), "double"),
-    ("jaccard", pa.float64(), "double"),
+# The clusters table's columns as the driver plan builds its rows (CLUSTERS_SCHEMA's types).
+_CLUSTER_ROWS = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("cluster_id", pa.string()),
+        ("kept", pa.bool_()),
+        ("cluster_size", pa.int64()),
+        ("duplicate_of", pa.string()),
+        ("against", pa.bool_()),
+        ("match", pa.string()),
+        ("similarity", pa.float64()),
+        ("jaccard", pa.float64()),
+    ]
 )
 
 
@@ -480,15 +482,14 @@ class _LocalOutcome:
         alone = {"cluster_id": F.col("doc_id"), "kept": F.lit(True), "cluster_size": F.lit(1), "against": F.lit(False)}
         columns = [
             F.coalesce(F.col(name), alone[name]).alias(name) if name in alone else F.col(name)
-            for name, _, _ in _CLUSTER_ROW_FIELDS
+            for name in _CLUSTER_ROWS.names
         ]
         return self.docs.select("doc_id").join(F.broadcast(decided), "doc_id", "left").select(*columns)
 
     def _decided(self) -> DataFrame:
-        schema = pa.schema([(name, arrow) for name, arrow, _ in _CLUSTER_ROW_FIELDS])
         rows = [_cluster_row(d, self.similarity.get(d.key)) for d in self.decisions]
-        columns = [pa.array([row[i] for row in rows], type=t) for i, t in enumerate(schema.types)]
-        return self.spark.createDataFrame(pa.table(columns, schema=schema))
+        columns = [pa.array([row[i] for row in rows], type=t) for i, t in enumerate(_CLUSTER_ROWS.types)]
+        return self.spark.createDataFrame(pa.table(columns, schema=_CLUSTER_ROWS))
 
     def kept_documents(self, docs: DataFrame, schema: Schema, partitions: int) -> DataFrame:
         """The kept input documents with their cluster_id, hash-partitioned and sorted by doc_id

@@ -49,16 +49,20 @@ def plan_units(paths: list[str], io_properties: Mapping[str, str], size_column: 
     ten times its share, and the task that runs it keeps one core busy long after the others.
     The size column, a few bytes a row, spreads each row group's bytes over its rows as the rows
     really are."""
-    files = {path: _open(path, io_properties) for path in sorted(paths)}
-    total = sum(_group_bytes(f.metadata, i) for f in files.values() for i in range(f.metadata.num_row_groups))
+    # One pass over the files, each open only while it is read: a snapshot may hold thousands.
+    footers, weights = {}, {}
+    for path in sorted(paths):
+        parquet = _open(path, io_properties)
+        footers[path] = parquet.metadata
+        weights[path] = _row_weights(parquet, size_column) if size_column else None
+    total = sum(_group_bytes(meta, i) for meta in footers.values() for i in range(meta.num_row_groups))
     unit_bytes = min(MAX_UNIT_BYTES, max(MIN_UNIT_BYTES, math.ceil(total / UNITS_PER_SNAPSHOT)))
     units = []
-    for path, parquet in files.items():
-        weights = _row_weights(parquet, size_column) if size_column else None
-        if weights is None:
-            units.extend(_file_units(path, parquet.metadata, unit_bytes))
+    for path, meta in footers.items():
+        if weights[path] is None:
+            units.extend(_file_units(path, meta, unit_bytes))
         else:
-            units.extend(_weighted_units(path, weights, unit_bytes))
+            units.extend(_weighted_units(path, weights[path], unit_bytes))
     return units
 
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.table import Table
 
-from lakehouse.parquet import open_parquet
+from lakehouse.parquet import open_parquet, store_properties
 from pipelines.spark_session import snapshot_files
 
 
@@ -48,7 +48,7 @@ def texts_of(sources: Sequence[TextSource], keys: set[str]) -> dict[str, str]:
 
 
 def _read(source: TextSource, path: str, wanted: pa.Array) -> dict[str, str]:
-    properties = {k: v for k, v in source.table.io.properties.items() if k != "uri"}  # the store's only
+    properties = store_properties(source.table.io.properties)
     found: dict[str, str] = {}
     for batch in open_parquet(path, source.label, properties).iter_batches(columns=["doc_id", "text"]):
         doc_ids = batch.column("doc_id").cast(pa.string())  # files may hold large_string

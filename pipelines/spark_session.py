@@ -216,9 +216,10 @@ HADOOP_SCHEMES = ("file", "hdfs", "viewfs")
 
 def _read_with_pyarrow(spark: SparkSession, paths: list[str], schema, spark_schema, io_properties) -> DataFrame:
     """The files' rows, one Spark partition per unit of work (``read_units``), in unit order."""
+    from lakehouse.parquet import store_properties
     from pipelines.read_units import plan_units
 
-    io_properties = {k: v for k, v in io_properties.items() if k != "uri"}  # the catalog's, not the store's
+    io_properties = store_properties(io_properties)
     units = plan_units(paths, io_properties)
 
     def read(ids: Iterator) -> Iterator:

@@ -26,6 +26,7 @@ from lakehouse.columns import TARGET_COLUMN
 from lakehouse.combine import make_durable
 from lakehouse.commit import StagedFile
 from lakehouse.file_sizes import TARGET_FILE_BYTES, target_file_bytes
+from lakehouse.parquet import store_properties
 
 REPORT_SCHEMA = "target string, path string, records long, counts string, bytes long"
 
@@ -42,9 +43,9 @@ class Target:
 
     @classmethod
     def for_table(cls, table: Table, prefix: str, schema: pa.Schema, count_column: str | None = None) -> Target:
-        # The catalog's own connection string is not needed to write files; keep it off the executors.
-        io_properties = {k: v for k, v in table.io.properties.items() if k != "uri"}
-        return cls(prefix, schema, io_properties, count_column, target_file_bytes(table.properties))
+        return cls(
+            prefix, schema, store_properties(table.io.properties), count_column, target_file_bytes(table.properties)
+        )
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -74,3 +76,21 @@ def test_a_size_column_balances_units_where_large_rows_cluster(tmp_path, monkeyp
     assert max(even) > 4 * sum(sizes) / len(even)  # spread evenly, the last units hold the large rows
     assert max(unit_text(weighted)) < 2 * sum(sizes) / len(weighted)
     assert plan_units([path], {}, size_column="missing") == plan_units([path], {})
+
+
+def test_planning_keeps_no_file_open_beyond_the_one_it_reads(tmp_path):
+    import resource
+
+    paths = []
+    for i in range(120):
+        path = str(tmp_path / f"f{i:03d}.parquet")
+        pq.write_table(pa.table({"doc_id": [f"d{i}"], "text": ["x"], "n_bytes": [1]}), path)
+        paths.append(path)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = len(os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (in_use + 60, hard))  # fewer than the files
+    try:
+        units = plan_units(paths, {}, size_column="n_bytes")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert [(u.start, u.stop) for u in units] == [(0, 1)] * 120
