@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from itertools import accumulate
+from itertools import accumulate, compress, count
 from operator import itemgetter
 
 from datatrove.pipeline.filters.c4_filters import CITATION_REGEX, END_PUNCTUATION, POLICY_SUBSTRINGS
@@ -78,19 +78,28 @@ def _top_n_gram_chars_joined(tokens: list[str], n: int) -> int | None:
 
 def _repeated_n_gram_chars(concat: str, offsets: list[int], n: int) -> int:
     """datatrove's ``find_all_duplicate(tokens, n)``: its n-gram is ``"".join(tokens[i:i + n])``,
-    here a slice of all tokens joined once (``offsets``: where each token starts in ``concat``)."""
-    n_words = len(offsets) - 1
+    here a slice of all tokens joined once (``offsets``: where each token starts in ``concat``).
+
+    datatrove walks every position in Python. An n-gram that occurs once in the document can
+    never be found again, so stepping over it changes nothing but the position: the walk here
+    visits only the positions of n-grams that occur more than once, found by C-level counting.
+    """
+    n_grams = list(map(concat.__getitem__, map(slice, offsets[:-n], offsets[n:])))
+    counts = Counter(n_grams)
+    if len(counts) == len(n_grams):
+        return 0
     unique: set[str] = set()
     repeated_chars, idx = 0, 0
-    while idx < n_words - n + 1:
-        start, end = offsets[idx], offsets[idx + n]
-        n_gram = concat[start:end]
+    for i in compress(count(), map((1).__lt__, map(counts.__getitem__, n_grams))):
+        if i < idx:  # inside the n-gram last counted as repeated: datatrove jumped past it
+            continue
+        n_gram = n_grams[i]
         if n_gram in unique:
-            repeated_chars += end - start
-            idx += n
+            repeated_chars += len(n_gram)
+            idx = i + n
         else:
             unique.add(n_gram)
-            idx += 1
+            idx = i + 1
     return repeated_chars
 
 
