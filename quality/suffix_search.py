@@ -35,15 +35,16 @@ def tail_suffix_search(pieces: Sequence[str], current: Callable) -> Callable:
     widths = [_parser.parse(piece).getwidth()[1] for piece in pieces]
     bounded = [piece for piece, width in zip(pieces, widths, strict=True) if width < _UNBOUNDED]
     unbounded = [piece for piece, width in zip(pieces, widths, strict=True) if width >= _UNBOUNDED]
-    if not bounded or not unbounded:
+    if not bounded:
         return current
     reach = max(width for width in widths if width < _UNBOUNDED) + 1
-    tail, whole = compile_suffix_regex(bounded).search, compile_suffix_regex(unbounded).search
+    tail = compile_suffix_regex(bounded).search
+    whole = compile_suffix_regex(unbounded).search if unbounded else None
     everything = full.search
 
     def search(chunk: str) -> re.Match | None:
         near = tail(chunk, max(0, len(chunk) - reach))
-        far = whole(chunk)
+        far = whole(chunk) if whole is not None else None
         if far is None:
             return near
         if near is None or far.start() < near.start():

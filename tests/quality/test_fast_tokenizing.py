@@ -117,3 +117,17 @@ def test_repeated_n_gram_chars_are_datatroves(seed):
         concat, offsets = "".join(tokens), list(accumulate(map(len, tokens), initial=0))
         for n in range(1, 11):
             assert _repeated_n_gram_chars(concat, offsets, n) == find_all_duplicate(tokens, n), (tokens, n)
+
+
+@pytest.mark.parametrize("unbounded", [True, False])
+def test_tail_suffix_search_with_and_without_unbounded_pieces(unbounded):
+    """A language whose suffixes are all bounded gets a tail search alone."""
+    import re
+
+    pieces = ["'s", r"(?<=[0-9])km", r"\.", "…", *([r"\.\.+", "x+"] if unbounded else [])]
+    spacy_search = re.compile("|".join(piece + "$" for piece in pieces)).search
+    tail_search = tail_suffix_search(pieces, spacy_search)
+    assert tail_search is not spacy_search
+    for chunk in ["a's", "12km", "xkm", "end.", "end...", "a.x.", "…", "axxx", "xxxx", "x\n", "..\n", "", "s"]:
+        ours, theirs = tail_search(chunk), spacy_search(chunk)
+        assert (ours and ours.span()) == (theirs and theirs.span()), chunk
