@@ -1,35 +1,45 @@
-"""``backend="local"``: read and tokenize in this process, in two background threads.
+"""``backend="local"``: read and tokenize in this process, in background threads.
 
 Parquet decoding and HF tokenizers release the GIL, so the reader threads overlap with the
-training step; the units they produce are the very ones the Ray backend's tasks produce. Two
-threads rather than one: each unit's Python parts (turning Arrow strings into ``str`` and token
-ids into an array) hold the GIL, and while one thread does that the other keeps the tokenizer's
-cores busy (one thread left a core idle for that share of the time). A sub-stream asks for its
-first unit when it is opened, so a batch's sub-streams are read together, not one after another,
-and for the units after it only once that first unit is in: the first batch waits for nothing
-else (its CPU time fell from 0.7-1.2 s to 0.6-0.7 s on the loader benchmark).
+training step; the units they produce are the very ones the Ray backend's tasks produce. Each
+reader thread tokenizes on its own thread, not through the tokenizer's thread pool
+(``start_one_thread_tokenizing``, for as long as the backend is open), so there is one reader
+thread per CPU this process may use (at least two: each unit's Python parts, turning Arrow
+strings into ``str`` and token ids into an array, hold the GIL, and while one thread does that
+another tokenizes; at most ``MAX_READER_THREADS``, past which they would mostly wait for the
+GIL). A sub-stream asks for its first unit when it is opened, so a batch's sub-streams are read
+together, not one after another, and for the units after it only once that first unit is in:
+the first batch waits for nothing else (its CPU time fell from 0.7-1.2 s to 0.6-0.7 s on the
+loader benchmark).
 """
 
 from __future__ import annotations
 
 import collections
+import os
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from streaming_loader.plan import StreamPlan, Unit
-from streaming_loader.tokenize import TokenizerSpec
+from streaming_loader.tokenize import TokenizerSpec, start_one_thread_tokenizing, stop_one_thread_tokenizing
 from streaming_loader.units import UnitTokens, tokenize_unit
 
-READER_THREADS = 2
+MAX_READER_THREADS = 8
+
+
+def reader_threads() -> int:
+    return max(2, min(MAX_READER_THREADS, len(os.sched_getaffinity(0))))
 
 
 class LocalBackend:
     def __init__(self, plan: StreamPlan, tokenizer: TokenizerSpec, prefetch: int = 1) -> None:
         self.plan, self.tokenizer, self.prefetch = plan, tokenizer, prefetch
         self._pool = (
-            ThreadPoolExecutor(max_workers=READER_THREADS, thread_name_prefix="loader-read") if prefetch else None
+            ThreadPoolExecutor(max_workers=reader_threads(), thread_name_prefix="loader-read") if prefetch else None
         )
         self._ready: dict[int, collections.deque[Future]] = {}
+        if self._pool is not None:
+            start_one_thread_tokenizing()
 
     def open(self, component: int, shard: int, epoch: int, position: int) -> Iterator[UnitTokens]:
         units = self.plan.units_from(component, shard, epoch, position)
@@ -71,3 +81,5 @@ class LocalBackend:
         self.reset()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+            stop_one_thread_tokenizing()

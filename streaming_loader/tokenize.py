@@ -10,6 +10,8 @@ import functools
 import hashlib
 import itertools
 import json
+import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,9 @@ from lakehouse.errors import TokenizerError
 METADATA_KEY = "factory"
 # End-of-document tokens of common tokenizers, tried in order when none is named.
 KNOWN_EOD_TOKENS = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>")
+# HF tokenizers reads this on every batch call to choose between its own thread pool and the
+# calling thread; it has no per-call switch.
+PARALLELISM_VARIABLE = "TOKENIZERS_PARALLELISM"
 
 
 @dataclass(frozen=True)
@@ -92,3 +97,39 @@ def encode(tokenizer, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     np.cumsum([len(i) for i in ids], out=offsets[1:])
     flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(offsets[-1]))
     return flat, offsets
+
+
+# Readers that tokenize on their own thread, and what the variable was before the first of them.
+_one_thread = {"readers": 0, "before": None}
+_one_thread_lock = threading.Lock()
+
+
+def start_one_thread_tokenizing() -> None:
+    """From now until the matching ``stop_one_thread_tokenizing``, batch calls in this process
+    encode on the calling thread, unless the user set ``TOKENIZERS_PARALLELISM`` themselves.
+
+    The local backend's readers are several threads calling at once. There the tokenizer's own
+    thread pool costs more than it gives: interleaved on the loader benchmark's documents, two
+    threads each tokenizing on its own thread ran at 1.13 times the bare call's rate, and with
+    the pool at 0.92 (docs/benchmarks.md). The ids are the same. (Ray's readers are one process
+    per task, each a single caller, and measured no better without the pool, so they keep it.)
+
+    The variable is process-wide, so it is set when the first reader starts and put back when
+    the last one stops, never around each call: changing the environment while other threads
+    may read it is not safe in C, so it changes as rarely as it can.
+    """
+    with _one_thread_lock:
+        if _one_thread["readers"] == 0:
+            _one_thread["before"] = os.environ.get(PARALLELISM_VARIABLE)
+            if _one_thread["before"] is None:
+                os.environ[PARALLELISM_VARIABLE] = "false"
+        _one_thread["readers"] += 1
+
+
+def stop_one_thread_tokenizing() -> None:
+    with _one_thread_lock:
+        if _one_thread["readers"] == 0:
+            return
+        _one_thread["readers"] -= 1
+        if _one_thread["readers"] == 0 and _one_thread["before"] is None:
+            os.environ.pop(PARALLELISM_VARIABLE, None)

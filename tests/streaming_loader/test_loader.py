@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
 
 import numpy as np
@@ -15,7 +16,7 @@ from mixtures.heldout import heldout_mask
 from mixtures.manifest import Manifest
 from streaming_loader import StreamingLoader, merge_states
 from streaming_loader.loader import IGNORE_INDEX
-from streaming_loader.tokenize import load_tokenizer_spec
+from streaming_loader.tokenize import PARALLELISM_VARIABLE, load_tokenizer_spec
 from tests.streaming_loader.conftest import SMALL
 
 LOCAL = {"backend": "local"}
@@ -116,6 +117,14 @@ def test_seeking_reads_only_what_the_cursors_need(mixture):
             next(fresh)
             counts.append(len(calls))
     assert counts[0] == counts[1] <= 16  # one reader per sub-stream, never a replay
+
+
+def test_local_readers_tokenize_on_their_own_threads_while_open(mixture, monkeypatch):
+    monkeypatch.delenv(PARALLELISM_VARIABLE, raising=False)
+    with loader(mixture) as source:
+        next(source)
+        assert os.environ.get(PARALLELISM_VARIABLE) == "false"
+    assert PARALLELISM_VARIABLE not in os.environ  # as it was before the loader
 
 
 @pytest.mark.parametrize(("before", "after"), [(1, 2), (2, 1), (4, 2)])

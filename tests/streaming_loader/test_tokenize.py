@@ -1,10 +1,17 @@
 from __future__ import annotations
 
 import itertools
+import os
 
 import numpy as np
 
-from streaming_loader.tokenize import encode, load_tokenizer_spec
+from streaming_loader.tokenize import (
+    PARALLELISM_VARIABLE,
+    encode,
+    load_tokenizer_spec,
+    start_one_thread_tokenizing,
+    stop_one_thread_tokenizing,
+)
 
 TEXTS = [
     "def add(a, b):\n    return a + b\n",
@@ -31,3 +38,36 @@ def test_encode_gives_encode_batchs_ids_flat_with_offsets(mixture):
 def test_encode_of_nothing_is_empty(mixture):
     flat, offsets = encode(load_tokenizer_spec(mixture.tokenizer).load(), [])
     assert len(flat) == 0 and offsets.tolist() == [0]
+
+
+def test_one_thread_tokenizing_gives_the_same_ids(mixture, monkeypatch):
+    tokenizer = load_tokenizer_spec(mixture.tokenizer).load()
+    monkeypatch.delenv(PARALLELISM_VARIABLE, raising=False)
+    pooled = encode(tokenizer, TEXTS * 20)
+    start_one_thread_tokenizing()
+    try:
+        alone = encode(tokenizer, TEXTS * 20)
+    finally:
+        stop_one_thread_tokenizing()
+    assert all(np.array_equal(a, b) for a, b in zip(pooled, alone, strict=True))
+
+
+def test_one_thread_tokenizing_lasts_while_any_reader_runs(monkeypatch):
+    monkeypatch.delenv(PARALLELISM_VARIABLE, raising=False)
+    start_one_thread_tokenizing()
+    start_one_thread_tokenizing()
+    assert os.environ[PARALLELISM_VARIABLE] == "false"
+    stop_one_thread_tokenizing()
+    assert os.environ[PARALLELISM_VARIABLE] == "false"  # one reader still runs
+    stop_one_thread_tokenizing()
+    assert PARALLELISM_VARIABLE not in os.environ
+    stop_one_thread_tokenizing()  # one stop too many changes nothing
+    assert PARALLELISM_VARIABLE not in os.environ
+
+
+def test_one_thread_tokenizing_leaves_the_users_choice_alone(monkeypatch):
+    monkeypatch.setenv(PARALLELISM_VARIABLE, "true")
+    start_one_thread_tokenizing()
+    assert os.environ[PARALLELISM_VARIABLE] == "true"
+    stop_one_thread_tokenizing()
+    assert os.environ[PARALLELISM_VARIABLE] == "true"
