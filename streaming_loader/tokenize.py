@@ -109,10 +109,10 @@ def start_one_thread_tokenizing() -> None:
     encode on the calling thread, unless the user set ``TOKENIZERS_PARALLELISM`` themselves.
 
     The local backend's readers are several threads calling at once. There the tokenizer's own
-    thread pool costs more than it gives: interleaved on the loader benchmark's documents, two
-    threads each tokenizing on its own thread ran at 1.13 times the bare call's rate, and with
-    the pool at 0.92 (docs/benchmarks.md). The ids are the same. (Ray's readers are one process
-    per task, each a single caller, and measured no better without the pool, so they keep it.)
+    thread pool costs more than it gives, and threads each tokenizing on their own are faster
+    than one caller into the pool (figures in docs/benchmarks.md). The ids are the same. Ray's
+    readers are one process per task, each a single caller, and measured no better without the
+    pool, so they keep it.
 
     The variable is process-wide, so it is set when the first reader starts and put back when
     the last one stops, never around each call: changing the environment while other threads
