@@ -99,8 +99,8 @@ def encode(tokenizer, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     return flat, offsets
 
 
-# Readers that tokenize on their own thread, and what the variable was before the first of them.
-_one_thread = {"readers": 0, "before": None}
+# Readers that tokenize on their own thread, and whether the variable is ours to take back.
+_one_thread = {"readers": 0, "ours": False}
 _one_thread_lock = threading.Lock()
 
 
@@ -120,8 +120,8 @@ def start_one_thread_tokenizing() -> None:
     """
     with _one_thread_lock:
         if _one_thread["readers"] == 0:
-            _one_thread["before"] = os.environ.get(PARALLELISM_VARIABLE)
-            if _one_thread["before"] is None:
+            _one_thread["ours"] = PARALLELISM_VARIABLE not in os.environ
+            if _one_thread["ours"]:
                 os.environ[PARALLELISM_VARIABLE] = "false"
         _one_thread["readers"] += 1
 
@@ -131,5 +131,5 @@ def stop_one_thread_tokenizing() -> None:
         if _one_thread["readers"] == 0:
             return
         _one_thread["readers"] -= 1
-        if _one_thread["readers"] == 0 and _one_thread["before"] is None:
+        if _one_thread["readers"] == 0 and _one_thread["ours"]:
             os.environ.pop(PARALLELISM_VARIABLE, None)
