@@ -26,7 +26,7 @@ class LoaderConfig:
     dp_world: int = 1
     """Number of data-parallel ranks; must divide ``num_shards``."""
     backend: str = "ray"
-    """``ray``: Ray tasks read and tokenize; ``local``: this process does. Same stream."""
+    """``ray``: Ray actors on every node read and tokenize; ``local``: this process's threads do. Same stream."""
     num_shards: int | None = None
     """Logical shards S (part of the stream's definition; any ``dp_world`` dividing it can resume).
     Default: the largest divisor of ``global_batch_size`` not above 16."""
@@ -40,7 +40,7 @@ class LoaderConfig:
     eod_token: str | None = None
     """End-of-document token; default: the one the tokenizer records, else a well-known one."""
     read_bytes: int = 1 << 20
-    """Text bytes a reader task grows to (a sub-stream's first tasks are smaller; no effect on the stream)."""
+    """Text bytes a unit of reading grows to (a sub-stream's first units are smaller; no effect on the stream)."""
     ray_address: str | None = None
     """Ray cluster to join when Ray is not yet initialised; None starts a local one (or uses RAY_ADDRESS)."""
     ray_units_ahead: int = 1

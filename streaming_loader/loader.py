@@ -229,7 +229,9 @@ class StreamingLoader:
         if c.backend == "ray":
             from streaming_loader.ray_backend import RayBackend
 
-            return RayBackend(self.plan, self.tokenizer, address=c.ray_address, units_ahead=c.ray_units_ahead)
+            return RayBackend(
+                self.plan, self.tokenizer, address=c.ray_address, units_ahead=c.ray_units_ahead, ranks=c.dp_world
+            )
         from streaming_loader.local_backend import LocalBackend
 
         return LocalBackend(self.plan, self.tokenizer, c.local_prefetch)

@@ -1,26 +1,28 @@
-"""``backend="ray"``: Ray tasks read and tokenize, fed by demand; this process packs.
+"""``backend="ray"``: reader actors read and tokenize, fed by demand; this process packs.
 
-Each sub-stream (a logical shard's share of one component) keeps up to ``units_ahead`` units
-queued or in flight as plain Ray tasks, one task per unit: a unit consumed is replaced at once by
-the sub-stream's next, so the readers stay busy for the whole run without any pipeline to start,
-drain or restart. Tasks run on Ray's long-lived worker processes, which keep the plan and the
-loaded tokenizer between tasks; a task returns its unit's tokens as numpy arrays, which come
-back through the object store without a copy. Memory is bounded by ``units_ahead`` units per
-sub-stream, however long the run and whatever the corpus size. Ray tasks cannot be
-checkpointed, so the loader keeps its own cursors; after ``load_state_dict`` the queued tasks
-are cancelled and the sub-streams start again at the units holding the new cursors.
+Every node of the Ray cluster runs reader actors (``_Readers``) for this loader, one thread per
+CPU the loader's share of the node allows, each thread tokenizing on its own thread rather than
+through the tokenizer's pool, as the local backend's threads do. Each sub-stream (a logical
+shard's share of one component) keeps up to ``units_ahead`` units asked of them or in flight,
+one actor call per unit: a unit consumed is replaced at once by the sub-stream's next, so the
+readers stay busy for the whole run without any pipeline to start, drain or restart. A call
+returns its unit's tokens as numpy arrays, which come back through the object store without a
+copy. Memory is bounded by ``units_ahead`` units per sub-stream, however long the run and
+whatever the corpus size. Ray cannot checkpoint the calls, so the loader keeps its own cursors;
+after ``load_state_dict`` the queued calls are cancelled and the sub-streams start again at the
+units holding the new cursors.
 
-Why tasks rather than Ray Data: the first version ran a Ray Data pipeline
+Why actors with threads: the first version ran a Ray Data pipeline
 (``from_items(units).map_batches(...)``) for each round of demand, because a dataset's inputs
 are fixed when it starts while which sub-stream needs the next unit depends on how many tokens
-its documents turn out to have. Each pipeline paid Ray Data's start-up (planning, an executor
-thread polling in this process, Arrow blocks through ``iter_batches``) and drained before the
-next took over, and workers imported Ray Data and pandas before their first unit: 0.73x bare
-``encode_batch_fast`` in steady state, a first batch of 6-10 s (docs/benchmarks.md). One task per
-unit is the long-lived pipeline fed by demand the loader needs, with nothing in between.
+its documents turn out to have. Each pipeline paid Ray Data's start-up and drained before the
+next took over. The second asked a plain Ray task of each unit: the same units cost more CPU
+in two worker processes, each calling the tokenizer's pool, than in two threads of one process
+each on its own thread, and the loader stayed further below bare ``encode_batch_fast`` than
+the local backend (figures in docs/benchmarks.md).
 
-Reader tasks are pure functions of their unit, so a task retried after its worker (or node)
-died gives the same tokens and the stream stays identical. Past ``MAX_TASK_RETRIES`` the loader
+Reads are pure functions of their unit, so a read asked again after its actor (or node) died
+gives the same tokens and the stream stays identical. Past ``MAX_TASK_RETRIES`` the loader
 fails, naming what it was reading.
 """
 
@@ -34,29 +36,30 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from lakehouse.errors import FactoryError, StreamError
+from streaming_loader.local_backend import MAX_READER_THREADS
 from streaming_loader.plan import StreamPlan, Unit
-from streaming_loader.tokenize import TokenizerSpec
+from streaming_loader.tokenize import PARALLELISM_VARIABLE, TokenizerSpec
 from streaming_loader.units import UnitTokens, tokenize_unit
 
 log = logging.getLogger("factory.loader")
 
 MAX_TASK_RETRIES = 3
+_ACTOR_CPUS = 0.01
+_RETRY_PAUSE_S = 0.5
 _UNIT_FIELDS = ("component", "shard", "epoch", "first", "count")
-# The plan and tokenizer a worker has already fetched, by object id (one loader's worth).
-_WORKER_CACHE: dict[str, tuple[StreamPlan, TokenizerSpec]] = {}
 # Backends not closed yet, closed at exit by _close_at_exit.
 _OPEN: weakref.WeakSet[RayBackend] = weakref.WeakSet()
 # How often buffered() asks Ray which tasks are done (it is called on every batch).
 _BUFFERED_EVERY_S = 1.0
 
-# The packages a reader task imports (streaming_loader and the floors below it).
+# The packages a reader imports (streaming_loader and the floors below it).
 READER_PACKAGES = ("lakehouse", "mixtures", "streaming_loader")
 
 
@@ -98,33 +101,43 @@ def _close_at_exit() -> None:
 
 
 @dataclass
+class _Reader:
+    """One node's reader actor, its threads, and the reads asked of it not yet taken back."""
+
+    actor: Any
+    node: str
+    threads: int
+    asked: int = 0
+
+
+@dataclass
 class _Feed:
-    """One open sub-stream: the units still to ask for, and the tasks reading its next ones, in order."""
+    """One open sub-stream: the units still to ask for, and the reads of its next ones, in order."""
 
     frontier: Iterator[Unit]
-    tasks: collections.deque[tuple[Unit, Any]] = field(default_factory=collections.deque)
+    reads: collections.deque[tuple[Unit, _Reader, Any]] = field(default_factory=collections.deque)
 
 
 class RayBackend:
-    def __init__(self, plan: StreamPlan, tokenizer: TokenizerSpec, *, address: str | None, units_ahead: int) -> None:
+    def __init__(
+        self, plan: StreamPlan, tokenizer: TokenizerSpec, *, address: str | None, units_ahead: int, ranks: int = 1
+    ) -> None:
         import ray
 
         ensure_ray(address)
         _close_before_ray_shuts_down()
         self.plan, self.tokenizer, self.units_ahead = plan, tokenizer, units_ahead
         self._shared = ray.put((plan, tokenizer))
-        # Looked up now, not at import: a test swaps in a reader that records where it ran.
-        # SPREAD, as Ray Data does: a cluster's every node reads, not only the driver's.
-        self._read = ray.remote(_read_and_tokenize).options(
-            num_cpus=1, max_retries=MAX_TASK_RETRIES, scheduling_strategy="SPREAD"
-        )
+        # The reader function is looked up now, not at import: a test swaps in one that records
+        # where it ran.
+        self._readers = _start_readers(_read_and_tokenize, ranks)
         self._feeds: dict[int, _Feed] = {}
         self._ids = itertools.count()
         self._buffered, self._buffered_at = 0, float("-inf")
         self.tasks = 0
-        """Reader tasks submitted so far (for tests and the benchmark)."""
+        """Reads asked of the reader actors so far (for tests and the benchmark)."""
         self.tasks_before_first_wait: int | None = None
-        """Tasks submitted when this process first waited for one (for tests)."""
+        """Reads asked when this process first waited for one (for tests)."""
         _OPEN.add(self)
 
     def open(self, component: int, shard: int, epoch: int, position: int) -> Iterator[UnitTokens]:
@@ -142,27 +155,54 @@ class RayBackend:
         feed = self._feeds[key]
         try:
             while True:
-                while len(feed.tasks) <= self.units_ahead:  # the one about to be waited on, and those ahead
+                while len(feed.reads) <= self.units_ahead:  # the one about to be waited on, and those ahead
                     self._submit(feed)
-                unit, ref = feed.tasks.popleft()
-                yield self._get(unit, ref)
+                unit, reader, ref = feed.reads.popleft()
+                reader.asked -= 1
+                yield self._get(unit, reader, ref)
         finally:
             self._cancel(self._feeds.pop(key, feed))
 
     def _submit(self, feed: _Feed) -> None:
         unit = next(feed.frontier)
-        feed.tasks.append((unit, self._read.remote([self._shared], *(getattr(unit, f) for f in _UNIT_FIELDS))))
+        reader = self._pick()
+        reader.asked += 1
+        feed.reads.append((unit, reader, self._ask(reader, unit)))
         self.tasks += 1
 
-    def _get(self, unit: Unit, ref: Any) -> UnitTokens:
+    def _pick(self, avoid: _Reader | None = None) -> _Reader:
+        """The node with the fewest reads waiting per thread: a cluster's every node reads, and a
+        node with more CPUs reads more."""
+        readers = [r for r in self._readers if r is not avoid] or self._readers
+        return min(readers, key=lambda r: r.asked / r.threads)
+
+    def _ask(self, reader: _Reader, unit: Unit) -> Any:
+        return reader.actor.read.remote([self._shared], *(getattr(unit, f) for f in _UNIT_FIELDS))
+
+    def _get(self, unit: Unit, reader: _Reader, ref: Any) -> UnitTokens:
+        """The unit's tokens. A reader killed mid-read is started again and Ray asks it again
+        (``max_task_retries``); a read Ray gives up on because its reader cannot be reached
+        (``ActorUnavailableError``: its node died) is asked again of another node, if any, after
+        a pause that gives a reader starting again time to come back.
+        """
         import ray
+        from ray.exceptions import ActorUnavailableError
 
         if self.tasks_before_first_wait is None:
             self.tasks_before_first_wait = self.tasks
-        try:
-            result = ray.get(ref)
-        except Exception as exc:
-            raise _explain(exc) from exc
+        for attempt in itertools.count(1):
+            try:
+                result = ray.get(ref)
+                break
+            except ActorUnavailableError as exc:
+                if attempt > MAX_TASK_RETRIES:
+                    raise _explain(exc) from exc
+                log.warning("a reader of the loader cannot be reached (%s); asking another", exc)
+                time.sleep(_RETRY_PAUSE_S * 2 ** (attempt - 1))
+                reader = self._pick(avoid=reader)
+                ref = self._ask(reader, unit)
+            except Exception as exc:
+                raise _explain(exc) from exc
         if isinstance(result, str):
             raise _reraise(result)
         first, end = self.plan.positions(unit)
@@ -175,7 +215,7 @@ class RayBackend:
         if now - self._buffered_at >= _BUFFERED_EVERY_S:
             import ray
 
-            refs = [ref for feed in self._feeds.values() for _, ref in feed.tasks]
+            refs = [ref for feed in self._feeds.values() for _, _, ref in feed.reads]
             if refs:
                 ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
                 self._buffered = len(ready)
@@ -192,57 +232,133 @@ class RayBackend:
 
     def close(self) -> None:
         self.reset()
-        self._shared = None
+        readers, self._readers, self._shared = self._readers, [], None
         _OPEN.discard(self)
+        if readers:
+            _stop_readers(readers)
 
     @staticmethod
     def _cancel(feed: _Feed) -> None:
-        """Tasks nobody will read: those not started yet never run (those running finish unread)."""
-        if not feed.tasks:  # already cancelled (at reset or close): nothing to import at interpreter exit
+        """Reads nobody will take: those not started yet never run (those running finish unread)."""
+        if not feed.reads:  # already cancelled (at reset or close): nothing to import at interpreter exit
             return
         import ray
 
         if not ray.is_initialized():
-            feed.tasks.clear()
+            feed.reads.clear()
             return
-        while feed.tasks:
-            _, ref = feed.tasks.popleft()
+        while feed.reads:
+            _, reader, ref = feed.reads.popleft()
+            reader.asked -= 1
             try:
                 ray.cancel(ref)
-            except Exception as exc:  # a task that already ended, or a cluster going away: nothing to stop
-                log.debug("cancelling a reader task: %s", exc)
+            except Exception as exc:  # a read that already ended, or a cluster going away: nothing to stop
+                log.debug("cancelling a read: %s", exc)
+
+
+class _Readers:
+    """Ray actor: reader threads on one node, each tokenizing on its own thread (see the module's
+    docstring for why threads of one actor rather than a task per unit)."""
+
+    def __init__(self, read: Callable[..., Any]) -> None:
+        # Set here, before any read, rather than in the actor's runtime_env: a runtime_env of its
+        # own makes Ray start a fresh worker process for the actor, not take one of those it keeps
+        # ready, and the first batch waited for it (about two seconds more).
+        os.environ[PARALLELISM_VARIABLE] = "false"
+        self._read = read
+        self._shared: tuple[str, tuple[StreamPlan, TokenizerSpec]] | None = None
+
+    def read(self, shared: list[Any], component: int, shard: int, epoch: int, first: int, count: int) -> Any:
+        """``shared`` holds the plan and tokenizer's object reference inside a list, so Ray passes
+        the reference rather than the value, and the actor fetches it once. (Passed to the
+        constructor, it would have to outlive every restart of the actor.)"""
+        plan, tokenizer = self._fetch(shared[0])
+        return self._read(plan, tokenizer, Unit(component, shard, epoch, first, count))
+
+    def _fetch(self, ref: Any) -> tuple[StreamPlan, TokenizerSpec]:
+        import ray
+
+        key = ref.hex()
+        if self._shared is None or self._shared[0] != key:  # threads racing here fetch the same thing twice
+            self._shared = (key, ray.get(ref))
+        return self._shared[1]
+
+
+def node_readers(cpus: float, ranks: int) -> list[int]:
+    """The threads of each reader actor one rank's loader puts on a node with ``cpus`` CPUs.
+
+    Every rank's loader puts its readers on every node, so a rank's share is the node's CPUs
+    over ``ranks``, at least two threads (while one holds the GIL for a unit's Python parts,
+    the other tokenizes). Past ``MAX_READER_THREADS`` threads a process's threads mostly wait
+    for the GIL, so a bigger share is split among several actors.
+    """
+    share = max(2, int(cpus) // max(1, ranks))
+    actors = -(-share // MAX_READER_THREADS)
+    return [share // actors + (i < share % actors) for i in range(actors)]
+
+
+def _start_readers(read: Callable[..., Any], ranks: int) -> list[_Reader]:
+    """Reader actors on every live node with CPUs (``node_readers``).
+
+    An actor reserves a hundredth of a CPU, not its threads' worth: every rank's loader puts
+    actors on every node, their threads together sized to the node's CPUs, and a reservation of
+    those CPUs would leave the last ranks' actors waiting for ever. (Reserving nothing at all,
+    Ray 2.60 placed actors on any node, whatever their node affinity said.) Killed, an actor is
+    started again and Ray asks it again the reads it held; when its node is gone, the actor
+    starts on another (soft affinity) and the loader asks other actors the reads it lost.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    remote = ray.remote(_Readers)
+    readers = []
+    for node in ray.nodes():
+        cpus = node.get("Resources", {}).get("CPU", 0)
+        if not node.get("Alive") or cpus < 1:
+            continue
+        for threads in node_readers(cpus, ranks):
+            actor = remote.options(
+                num_cpus=_ACTOR_CPUS,
+                max_concurrency=threads,
+                max_restarts=-1,
+                max_task_retries=MAX_TASK_RETRIES,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=True),
+            ).remote(read)
+            readers.append(_Reader(actor, node["NodeID"], threads))
+    if not readers:
+        raise StreamError("the Ray cluster has no live node with a CPU to read on; add one, or use backend='local'")
+    return readers
+
+
+def _stop_readers(readers: list[_Reader]) -> None:
+    import ray
+
+    if not ray.is_initialized():
+        return
+    for reader in readers:
+        try:
+            ray.kill(reader.actor, no_restart=True)
+        except Exception as exc:  # a cluster going away: nothing to stop
+            log.debug("stopping a reader actor: %s", exc)
 
 
 def _read_and_tokenize(
-    shared: list[Any], component: int, shard: int, epoch: int, first: int, count: int
+    plan: StreamPlan, tokenizer: TokenizerSpec, unit: Unit
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | str:
-    """Ray task: one unit read and tokenized, as (positions, flat token ids, offsets).
+    """One unit read and tokenized, as (positions, flat token ids, offsets).
 
-    ``shared`` holds the plan and tokenizer's object reference inside a list, so Ray passes the
-    reference rather than the value and each worker fetches it once. Our own errors (a missing
-    or corrupt file) come back as ``"ClassName:message"``: raised, Ray would wrap them in its
-    own error, and retrying would not help.
+    Our own errors (a missing or corrupt file) come back as ``"ClassName:message"``: raised,
+    Ray would wrap them in its own error, and asking again would not help.
     """
-    plan, tokenizer = _fetch(shared[0])
     try:
-        done = tokenize_unit(plan, tokenizer, Unit(component, shard, epoch, first, count))
+        done = tokenize_unit(plan, tokenizer, unit)
     except FactoryError as exc:
         return f"{type(exc).__name__}:{exc}"
     return done.positions, done.tokens, done.offsets
 
 
-def _fetch(shared: Any) -> tuple[StreamPlan, TokenizerSpec]:
-    import ray
-
-    key = shared.hex()
-    if key not in _WORKER_CACHE:
-        _WORKER_CACHE.clear()  # one loader at a time per worker is the common case; bound the cache
-        _WORKER_CACHE[key] = ray.get(shared)
-    return _WORKER_CACHE[key]
-
-
 def _reraise(error: str) -> FactoryError:
-    """The FactoryError a reader task reported, as its own class."""
+    """The FactoryError a reader reported, as its own class."""
     import lakehouse.errors
 
     name, _, message = error.partition(":")
@@ -264,5 +380,5 @@ def _explain(exc: BaseException) -> FactoryError:
         return found
     return StreamError(
         f"the loader's Ray readers failed and the stream cannot continue ({type(exc).__name__}: {exc}); "
-        f"a reader task is retried {MAX_TASK_RETRIES} times when its worker dies"
+        f"a read is asked again {MAX_TASK_RETRIES} times when its reader dies"
     )

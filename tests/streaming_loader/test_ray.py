@@ -14,11 +14,12 @@ from lakehouse.errors import DataFileError, StreamError
 from mixtures.pin import pin
 from mixtures.spec import spec_from_dict
 from streaming_loader import StreamingLoader
+from streaming_loader.ray_backend import node_readers
 from tests.corpora import make_table
 from tests.streaming_loader.conftest import SMALL
 from tests.streaming_loader.test_loader import same, take
 
-READER_TITLE = "ray::_read_and_tokenize"
+READER_TITLE = "ray::_Readers.read"
 
 
 def loader(mixture, backend: str, manifest=None, **options) -> StreamingLoader:
@@ -49,6 +50,28 @@ def test_the_first_batch_asks_for_all_its_sub_streams_at_once(ray_cluster, mixtu
         # The first unit of every sub-stream was asked for before the batch waited on any (before,
         # each sub-stream asked for its units when the batch first reached it, one after another).
         assert source._backend.tasks_before_first_wait >= len(source._streams)
+
+
+def test_one_reader_actor_per_node_tokenizes_on_threads_of_its_own_until_closed(ray_cluster, mixture):
+    import ray
+    from ray.exceptions import RayActorError
+
+    with loader(mixture, "ray") as source:
+        take(source, 30)
+        (reader,) = source._backend._readers  # one node of two CPUs: one actor, two threads
+        assert reader.threads == 2
+        setting = reader.actor.__ray_call__.remote(lambda _: os.environ.get("TOKENIZERS_PARALLELISM"))
+        assert ray.get(setting) == "false"  # each thread calls the tokenizer on its own thread
+    with pytest.raises(RayActorError):  # closing the loader stopped its readers
+        ray.get(reader.actor.__ray_call__.remote(lambda _: os.getpid()), timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("cpus", "ranks", "actors"),
+    [(1, 1, [2]), (2, 4, [2]), (8, 2, [4]), (16, 1, [8, 8]), (20, 1, [7, 7, 6]), (64, 8, [8])],
+)
+def test_a_node_s_cpus_are_shared_among_the_ranks_readers(cpus, ranks, actors):
+    assert node_readers(cpus, ranks) == actors
 
 
 def files_under(root: Path, skip: tuple[str, ...] = ()) -> dict[str, int]:
