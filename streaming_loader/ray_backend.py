@@ -56,7 +56,7 @@ _RETRY_PAUSE_S = 0.5
 _UNIT_FIELDS = ("component", "shard", "epoch", "first", "count")
 # Backends not closed yet, closed at exit by _close_at_exit.
 _OPEN: weakref.WeakSet[RayBackend] = weakref.WeakSet()
-# How often buffered() asks Ray which tasks are done (it is called on every batch).
+# How often buffered() asks Ray which reads are done (it is called on every batch).
 _BUFFERED_EVERY_S = 1.0
 
 # The packages a reader imports (streaming_loader and the floors below it).
@@ -83,7 +83,7 @@ def ensure_ray(address: str | None) -> None:
 def _close_before_ray_shuts_down() -> None:
     """Have every open backend closed at exit, before Ray's own exit hook shuts Ray down.
 
-    A script that never calls ``close()`` would otherwise leave its queued tasks and object
+    A script that never calls ``close()`` would otherwise leave its queued reads, actors and object
     references to the garbage collector, after Ray is gone. Ray registers its hook when ``ray``
     is imported; ``atexit`` runs hooks last-in, first-out, so ours, registered after that
     import, runs first.
