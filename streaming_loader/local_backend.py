@@ -1,7 +1,7 @@
 """``backend="local"``: read and tokenize in this process, in background threads.
 
 Parquet decoding and HF tokenizers release the GIL, so the reader threads overlap with the
-training step; the units they produce are the very ones the Ray backend's tasks produce. Each
+training step; the units they produce are the very ones the Ray backend's actors produce. Each
 reader thread tokenizes on its own thread, not through the tokenizer's thread pool
 (``start_one_thread_tokenizing``, for as long as the backend is open), so there is one reader
 thread per CPU this process may use (at least two: each unit's Python parts, turning Arrow

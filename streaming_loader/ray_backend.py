@@ -45,7 +45,7 @@ import numpy as np
 from lakehouse.errors import FactoryError, StreamError
 from streaming_loader.local_backend import MAX_READER_THREADS
 from streaming_loader.plan import StreamPlan, Unit
-from streaming_loader.tokenize import PARALLELISM_VARIABLE, TokenizerSpec
+from streaming_loader.tokenize import TokenizerSpec, start_one_thread_tokenizing
 from streaming_loader.units import UnitTokens, tokenize_unit
 
 log = logging.getLogger("factory.loader")
@@ -102,10 +102,9 @@ def _close_at_exit() -> None:
 
 @dataclass
 class _Reader:
-    """One node's reader actor, its threads, and the reads asked of it not yet taken back."""
+    """One reader actor, its threads, and the reads asked of it not yet taken back."""
 
     actor: Any
-    node: str
     threads: int
     asked: int = 0
 
@@ -263,8 +262,9 @@ class _Readers:
     def __init__(self, read: Callable[..., Any]) -> None:
         # Set here, before any read, rather than in the actor's runtime_env: a runtime_env of its
         # own makes Ray start a fresh worker process for the actor, not take one of those it keeps
-        # ready, and the first batch waited for it (about two seconds more).
-        os.environ[PARALLELISM_VARIABLE] = "false"
+        # ready, and the first batch waited for it (about two seconds more). Never stopped: the
+        # setting lasts as long as the actor's process.
+        start_one_thread_tokenizing()
         self._read = read
         self._shared: tuple[str, tuple[StreamPlan, TokenizerSpec]] | None = None
 
@@ -324,7 +324,7 @@ def _start_readers(read: Callable[..., Any], ranks: int) -> list[_Reader]:
                 max_task_retries=MAX_TASK_RETRIES,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=True),
             ).remote(read)
-            readers.append(_Reader(actor, node["NodeID"], threads))
+            readers.append(_Reader(actor, threads))
     if not readers:
         raise StreamError("the Ray cluster has no live node with a CPU to read on; add one, or use backend='local'")
     return readers

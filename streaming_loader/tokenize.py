@@ -110,9 +110,8 @@ def start_one_thread_tokenizing() -> None:
 
     The local backend's readers are several threads calling at once. There the tokenizer's own
     thread pool costs more than it gives, and threads each tokenizing on their own are faster
-    than one caller into the pool (figures in docs/benchmarks.md). The ids are the same. Ray's
-    readers are one process per task, each a single caller, and measured no better without the
-    pool, so they keep it.
+    than one caller into the pool (figures in docs/benchmarks.md). The ids are the same. The Ray
+    backend's reader actors are threads of one process too, and do the same.
 
     The variable is process-wide, so it is set when the first reader starts and put back when
     the last one stops, never around each call: changing the environment while other threads
