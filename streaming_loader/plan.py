@@ -214,8 +214,13 @@ class StreamPlan:
         return unit.first, unit.first + unit.count
 
     def rows(self, unit: Unit) -> tuple[list[Segment], np.ndarray]:
-        """What a reader reads for ``unit``: the whole blocks its positions fall in (as file segments,
-        in the epoch's order), and for each of the unit's positions the index of its row among them."""
+        """What a reader reads for ``unit`` (file segments, in the epoch's order), and for each of the
+        unit's positions the index of its row among the rows of those segments.
+
+        A unit of whole blocks reads its blocks. A unit of the ramp holds some of a block's rows,
+        scattered by the shuffle: it reads only the files that hold one of them, from the first to
+        the last such row of each, so a sub-stream's first unit over a snapshot of one-document
+        files opens as many files as it has documents, not a whole block's."""
         start, stop = self.slice_of(unit.component, unit.shard)
         window = self.shuffle_window
         first_block, last_block = unit.first // window, (unit.first + unit.count - 1) // window
@@ -226,7 +231,10 @@ class StreamPlan:
         ]
         shuffled = np.concatenate(orders)  # shuffled position begin + i holds row shuffled[i]
         wanted = shuffled[unit.first - begin : unit.first - begin + unit.count]
-        return self.rows_to_segments(unit.component, unit.epoch, start + begin, start + end), wanted
+        segments = self.rows_to_segments(unit.component, unit.epoch, start + begin, start + end)
+        if unit.count == end - begin:
+            return segments, wanted
+        return _only_wanted(segments, wanted)
 
     def rows_to_segments(self, component: int, epoch: int, begin: int, end: int) -> list[Segment]:
         """Rows ``[begin, end)`` of an epoch's concatenation, as pieces of files."""
@@ -241,3 +249,19 @@ class StreamPlan:
             begin = stop
             i += 1
         return found
+
+
+def _only_wanted(segments: list[Segment], wanted: np.ndarray) -> tuple[list[Segment], np.ndarray]:
+    """``segments`` cut to the rows from the first to the last of ``wanted`` in each (those with none
+    dropped), and ``wanted`` renumbered to index the rows of the cut segments."""
+    starts = np.cumsum([0] + [s.stop - s.start for s in segments])  # each segment's first row among all
+    which = np.searchsorted(starts, wanted, side="right") - 1
+    cut, shift, at = [], np.zeros(len(segments), dtype=np.int64), 0
+    for k in np.unique(which):
+        inside = wanted[which == k] - starts[k]
+        low, high = int(inside.min()), int(inside.max()) + 1
+        segment = segments[k]
+        cut.append(Segment(segment.file, segment.start + low, segment.start + high))
+        shift[k] = at - starts[k] - low
+        at += high - low
+    return cut, wanted + shift[which]

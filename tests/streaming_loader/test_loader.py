@@ -248,3 +248,25 @@ def test_merge_states_refuses_states_of_different_steps(mixture):
         next(r0)
         with pytest.raises(LoaderStateError, match="disagree on 'batch'"):
             merge_states([r0.state_dict(), r1.state_dict()])
+
+
+def test_local_read_ahead_starts_from_each_sub_stream_s_third_unit(mixture):
+    from streaming_loader.local_backend import LocalBackend
+
+    with StreamingLoader.from_manifest(mixture.manifest, mixture.tokenizer, **{**SMALL, "backend": "local"}) as source:
+        backend = LocalBackend(source.plan, source.tokenizer, prefetch=1)
+    asked, read = [], backend._read
+    backend._read = lambda unit: asked.append(unit) or read(unit)
+    try:
+        streams = [backend.open(0, shard, 0, 0) for shard in range(3)]
+        for stream in streams:
+            next(stream)
+        assert [u.shard for u in asked] == [0, 1, 2]  # a first unit each, asked at open
+        next(streams[0])
+        assert len(asked) == 4  # the second alone: a first batch needing it waits behind no third
+        next(streams[0])
+        assert [u.shard for u in asked[4:]] == [0, 0]  # the third, and from then on one unit ahead
+        next(streams[0])
+        assert len(asked) == 7
+    finally:
+        backend.close()

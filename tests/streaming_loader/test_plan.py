@@ -87,3 +87,15 @@ def test_a_component_smaller_than_the_shard_count_is_refused_unless_unused():
     with pytest.raises(LoaderConfigError, match="fewer than num_shards=4"):
         plan(counts=(3,), shards=4)
     assert plan(counts=(3,), shards=4, weight=0.0).num_shards == 4
+
+
+def test_a_ramp_unit_reads_only_the_files_that_hold_its_rows():
+    def tiny(first_read_bytes: int, counts=(1,) * 32) -> StreamPlan:
+        return plan(counts=counts, shards=1, window=16, read_bytes=16, first_read_bytes=first_read_bytes)
+
+    units = list(itertools.islice(tiny(2).units_from(0, 0, epoch=0, position=0), 5))
+    assert [u.count for u in units] == [2, 4, 8, 2, 16]  # the ramp, then a whole block
+    opened = [len(tiny(2).rows(u)[0]) for u in units]
+    assert opened == [2, 4, 8, 2, 16]  # one-row files: a file per document, not the block's 16
+    for counts in ((1,) * 32, (3, 1, 20, 8), (32,)):  # the same stream, ramp or no ramp
+        assert rows_of(tiny(2, counts), 0, 0) == rows_of(tiny(16, counts), 0, 0)
