@@ -42,15 +42,17 @@ def test_missing_files_lists_a_folder_of_many_and_names_exactly_the_missing(tmp_
     from lakehouse.parquet import LIST_FOLDER_AT, missing_files
 
     uris = []
-    for i in range(LIST_FOLDER_AT + 6):  # enough in one folder to be listed rather than asked about
-        path = tmp_path / "data" / f"part-{i:05d}.parquet"
+    for i in range(2 * LIST_FOLDER_AT + 6):  # enough in one folder, as URIs and as paths, to be listed
+        path = tmp_path / "data" / f"part-{i:05d}{' x' if i == 5 else ''}.parquet"
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(b"x")
-        uris.append(f"file://{path}" if i % 2 else str(path))
+        uris.append(f"file://{str(path).replace(' ', '%20')}" if i % 2 else str(path))
     (tmp_path / "data" / "part-00003.parquet").unlink()
     (tmp_path / "data" / "part-00010.parquet").unlink()
     (tmp_path / "data" / "part-00011.parquet").unlink()
     (tmp_path / "data" / "part-00011.parquet").mkdir()  # a folder where a file should be
     few = [str(tmp_path / "elsewhere.parquet")]
-    assert missing_files(uris + few) == [uris[3], uris[10], uris[11], few[0]]
+    assert missing_files(uris + few) == [uris[3], uris[10], uris[11], few[0]]  # "part-00005 x": present
+    (tmp_path / "data" / "part-00005 x.parquet").unlink()
+    assert missing_files(uris) == [uris[3], uris[5], uris[10], uris[11]]
     assert missing_files(uris[:2]) == []

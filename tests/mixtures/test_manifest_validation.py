@@ -124,3 +124,26 @@ def test_the_pinned_manifest_itself_loads(pinned, tmp_path):
     path = tmp_path / "manifest.json"
     path.write_text(json.dumps(refingerprint(pinned)))
     assert Manifest.load(path).fingerprint == pinned["fingerprint"]
+
+
+@pytest.mark.parametrize(
+    "edit", [_set("heldout", ...), _set("components/1/heldout_fraction", ...), _set("provenance", {})]
+)
+def test_a_key_left_out_or_emptied_with_a_recomputed_fingerprint_is_refused(pinned, tmp_path, edit):
+    data = copy.deepcopy(pinned)
+    edit(data)
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(refingerprint(data)))
+    with pytest.raises(ManifestError, match="changed after it was pinned"):
+        Manifest.load(path)
+
+
+def test_a_loaded_manifest_s_fingerprint_is_that_of_its_content(pinned, tmp_path):
+    data = refingerprint({**pinned, "provenance": {"sweep": "s1"}})
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(data))
+    loaded = Manifest.load(path)
+    assert loaded.fingerprint == data["fingerprint"] != pinned["fingerprint"]
+    assert Manifest.from_dict(json.loads(loaded.to_json())).fingerprint == loaded.fingerprint
+    del loaded.__dict__["fingerprint"]  # computed afresh from the dataclasses
+    assert loaded.fingerprint == data["fingerprint"]
