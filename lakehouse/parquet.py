@@ -114,8 +114,7 @@ def missing_files(uris: Sequence[str], properties: Mapping[str, str] = _NONE) ->
         if len(group) >= LIST_FOLDER_AT and folder_uri and not folder_uri.endswith("/"):
             # The folder is resolved once, not each of its files (10,000 URIs took 0.1 s).
             fs, folder = split_uri(folder_uri, properties)
-            listing = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
-            present = {info.path for info in listing if info.type == pafs.FileType.File}
+            present = _files_in(fs, folder)
             paths = [(fs, uri, _path_in(folder, uri, properties)) for uri in group]
             paths = [(fs, uri, path) for fs, uri, path in paths if path not in present]
         else:
@@ -129,6 +128,19 @@ def missing_files(uris: Sequence[str], properties: Mapping[str, str] = _NONE) ->
         missing.extend(uri for (uri, _), info in zip(entries, infos, strict=True) if info.type != pafs.FileType.File)
     order = {uri: i for i, uri in enumerate(uris)}
     return sorted(missing, key=order.__getitem__)
+
+
+def _files_in(fs: pafs.FileSystem, folder: str) -> set[str]:
+    """The paths of the files in ``folder``. A local folder is read with ``os.scandir``: pyarrow's
+    listing builds an object per entry (0.07 s for 10,000 files, most of checking them)."""
+    if isinstance(fs, pafs.LocalFileSystem):
+        try:
+            with os.scandir(folder) as entries:
+                return {f"{folder}/{entry.name}" for entry in entries if entry.is_file()}
+        except (FileNotFoundError, NotADirectoryError):
+            return set()
+    listing = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+    return {info.path for info in listing if info.type == pafs.FileType.File}
 
 
 def _path_in(folder: str, uri: str, properties: Mapping[str, str]) -> str:
