@@ -2,7 +2,8 @@
 
 Every node of the Ray cluster runs reader actors (``_Readers``) for this loader, one thread per
 CPU the loader's share of the node allows, each thread tokenizing on its own thread rather than
-through the tokenizer's pool, as the local backend's threads do. Each sub-stream (a logical
+through the tokenizer's pool, as the local backend's threads do. A node that joins later (an
+autoscaler's) gets its readers at the loader's next look, every ``_NODES_EVERY_S``. Each sub-stream (a logical
 shard's share of one component) keeps up to ``units_ahead`` units asked of them or in flight,
 one actor call per unit: a unit consumed is replaced at once by the sub-stream's next, so the
 readers stay busy for the whole run without any pipeline to start, drain or restart. A call
@@ -58,6 +59,9 @@ _UNIT_FIELDS = ("component", "shard", "epoch", "first", "count")
 _OPEN: weakref.WeakSet[RayBackend] = weakref.WeakSet()
 # How often buffered() asks Ray which reads are done (it is called on every batch).
 _BUFFERED_EVERY_S = 1.0
+# How often the loader looks for nodes that joined the cluster (an autoscaler's): one request to
+# Ray's control store per rank, and nodes take minutes to come anyway.
+_NODES_EVERY_S = 30.0
 
 # The packages a reader imports (streaming_loader and the floors below it).
 READER_PACKAGES = ("lakehouse", "mixtures", "streaming_loader")
@@ -106,6 +110,8 @@ class _Reader:
 
     actor: Any
     threads: int
+    node: str
+    """The node it was started on (where it runs unless that node died)."""
     asked: int = 0
 
 
@@ -129,7 +135,12 @@ class RayBackend:
         self._shared = ray.put((plan, tokenizer))
         # The reader function is looked up now, not at import: a test swaps in one that records
         # where it ran.
-        self._readers = _start_readers(_read_and_tokenize, ranks)
+        self._read, self._ranks = _read_and_tokenize, ranks
+        nodes = _live_nodes()
+        if not nodes:
+            raise StreamError("the Ray cluster has no live node with a CPU to read on; add one, or use backend='local'")
+        self._readers = _start_readers(self._read, ranks, nodes)
+        self._nodes_at = time.monotonic()
         self._feeds: dict[int, _Feed] = {}
         self._ids = itertools.count()
         self._buffered, self._buffered_at = 0, float("-inf")
@@ -163,11 +174,25 @@ class RayBackend:
             self._cancel(self._feeds.pop(key, feed))
 
     def _submit(self, feed: _Feed) -> None:
+        self._join_new_nodes()
         unit = next(feed.frontier)
         reader = self._pick()
         reader.asked += 1
         feed.reads.append((unit, reader, self._ask(reader, unit)))
         self.tasks += 1
+
+    def _join_new_nodes(self) -> None:
+        """Readers on the nodes that joined the cluster since the last look (every ``_NODES_EVERY_S``):
+        they take the next reads, having none waiting."""
+        now = time.monotonic()
+        if now - self._nodes_at < _NODES_EVERY_S:
+            return
+        self._nodes_at = now
+        known = {reader.node for reader in self._readers}
+        joined = [(node, cpus) for node, cpus in _live_nodes() if node not in known]
+        if joined:
+            self._readers += _start_readers(self._read, self._ranks, joined)
+            log.info("loader: reader actors started on %d node(s) that joined the Ray cluster", len(joined))
 
     def _pick(self, avoid: _Reader | None = None) -> _Reader:
         """The node with the fewest reads waiting per thread: a cluster's every node reads, and a
@@ -297,8 +322,16 @@ def node_readers(cpus: float, ranks: int) -> list[int]:
     return [share // actors + (i < share % actors) for i in range(actors)]
 
 
-def _start_readers(read: Callable[..., Any], ranks: int) -> list[_Reader]:
-    """Reader actors on every live node with CPUs (``node_readers``).
+def _live_nodes() -> list[tuple[str, float]]:
+    """The id and CPUs of every live node of the cluster with a CPU to read on."""
+    import ray
+
+    found = [(n["NodeID"], n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
+    return [(node, cpus) for node, cpus in found if cpus >= 1]
+
+
+def _start_readers(read: Callable[..., Any], ranks: int, nodes: list[tuple[str, float]]) -> list[_Reader]:
+    """Reader actors on each of ``nodes`` (id, CPUs), as many as ``node_readers`` says.
 
     An actor reserves a hundredth of a CPU, not its threads' worth: every rank's loader puts
     actors on every node, their threads together sized to the node's CPUs, and a reservation of
@@ -312,21 +345,16 @@ def _start_readers(read: Callable[..., Any], ranks: int) -> list[_Reader]:
 
     remote = ray.remote(_Readers)
     readers = []
-    for node in ray.nodes():
-        cpus = node.get("Resources", {}).get("CPU", 0)
-        if not node.get("Alive") or cpus < 1:
-            continue
+    for node, cpus in nodes:
         for threads in node_readers(cpus, ranks):
             actor = remote.options(
                 num_cpus=_ACTOR_CPUS,
                 max_concurrency=threads,
                 max_restarts=-1,
                 max_task_retries=MAX_TASK_RETRIES,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=True),
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
             ).remote(read)
-            readers.append(_Reader(actor, threads))
-    if not readers:
-        raise StreamError("the Ray cluster has no live node with a CPU to read on; add one, or use backend='local'")
+            readers.append(_Reader(actor, threads, node))
     return readers
 
 

@@ -48,8 +48,9 @@ class RayNodes:
             command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
 
-    def wait_for(self, count: int, timeout: float = 120) -> None:
-        """Until ``count`` nodes are alive (asked from a fresh process: this one stays out of Ray)."""
+    def wait_for(self, count: int, timeout: float = 120, watch: tuple[str, ...] | None = None) -> None:
+        """Until ``count`` nodes are alive (asked from a fresh process: this one stays out of Ray).
+        A node of ``watch`` (default: all) that exits meanwhile fails the wait."""
         probe = (
             "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR');"
             "print(sum(n['Alive'] for n in ray.nodes()))"
@@ -61,7 +62,8 @@ class RayNodes:
             )
             if done.returncode == 0 and done.stdout.strip().splitlines()[-1] == str(count):
                 return
-            if time.monotonic() > deadline or any(p.poll() is not None for p in self.nodes.values()):
+            watched = [p for name, p in self.nodes.items() if watch is None or name in watch]
+            if time.monotonic() > deadline or any(p.poll() is not None for p in watched):
                 logs = "\n".join(p.read_text(errors="replace")[-1500:] for p in sorted(self.root.glob("*.log")))
                 raise RuntimeError(f"the Ray nodes did not come up:\n{done.stderr[-2000:]}\n{logs}")
             time.sleep(1)

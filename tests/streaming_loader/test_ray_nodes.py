@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -53,7 +54,9 @@ def big_manifest(mixture):
     return path
 
 
-def run_driver(nodes: RayNodes, tmp_path, manifest, mixture, batches: int, options: dict, kill: bool = False):
+def run_driver(nodes: RayNodes, tmp_path, manifest, mixture, batches: int, options: dict, kill=False, join=None):
+    """The driver's batches, its error, and how many reads ran on each node. ``join``: (after how
+    many batches, a function that adds a node), run while the driver waits for it."""
     out, seen = tmp_path / "batches.pt", tmp_path / "nodes"
     seen.mkdir()
     args = [nodes.address, str(manifest), str(mixture.tokenizer), str(out), str(batches), json.dumps(options)]
@@ -62,13 +65,29 @@ def run_driver(nodes: RayNodes, tmp_path, manifest, mixture, batches: int, optio
     # The driver runs outside the checkout (Ray would put its working folder on the workers'
     # path): only what the loader ships reaches the workers.
     env = {**os.environ, "PYTHONPATH": str(REPO), "FACTORY_TEST_NODES_DIR": str(seen), "RAY_AUTH_MODE": "disabled"}
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.streaming_loader.ray_driver", *args],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
+    if join:
+        env["FACTORY_TEST_JOIN_AFTER"] = str(join[0])
+    log = tmp_path / "driver.log"
+    with log.open("w") as output:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "tests.streaming_loader.ray_driver", *args],
+            cwd=tmp_path, env=env, stdout=output, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        try:
+            if join:
+                deadline = time.monotonic() + 300
+                while not (seen / "join.wait").exists():
+                    assert driver.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+                    time.sleep(0.2)
+                join[1]()
+                (seen / "join.go").touch()
+            driver.wait(timeout=400)
+        finally:
+            driver.kill()
+    assert driver.returncode == 0, log.read_text()[-4000:]
     result = torch.load(out, weights_only=True)
-    reads = {p.name: len(p.read_text().split()) for p in seen.iterdir()}
+    reads = {p.name: len(p.read_text().split()) for p in seen.iterdir() if not p.name.startswith("join.")}
+    print(f"reader actors were started on {len(result['readers'])} node(s)")
     return result["batches"], result["error"], reads
 
 
@@ -92,3 +111,19 @@ def test_a_node_killed_mid_stream_gives_the_same_stream_or_fails_clearly(nodes, 
     else:
         assert error.startswith("lakehouse.errors.StreamError") and "Ray readers failed" in error, error
         assert same(got, reference[: len(got)]) and len(got) >= 8  # what came before the death was right
+
+
+def test_a_node_that_joins_mid_stream_gets_readers_and_the_stream_is_the_same(nodes, mixture, big_manifest, tmp_path):
+    options = {**BIG, "num_shards": 8}  # sub-streams enough to keep every reader busy
+    with loader(mixture, "local", big_manifest, **options) as local:
+        reference = take(local, 24)
+    alive = sum(node.poll() is None for node in nodes.nodes.values())
+
+    def add_node() -> None:
+        nodes.start_node("late", {"late": 1})
+        nodes.wait_for(alive + 1, watch=("late",))
+
+    got, error, reads = run_driver(nodes, tmp_path, big_manifest, mixture, 24, options, join=(8, add_node))
+    assert error is None
+    assert same(got, reference)
+    assert len(reads) == alive + 1, reads  # reads ran on the node that joined after the loader started
