@@ -115,12 +115,11 @@ def missing_files(uris: Sequence[str], properties: Mapping[str, str] = _NONE) ->
             # The folder is resolved once, not each of its files (10,000 URIs took 0.1 s).
             fs, folder = split_uri(folder_uri, properties)
             present = _files_in(fs, folder)
-            paths = [(fs, uri, _path_in(folder, uri, properties)) for uri in group]
-            paths = [(fs, uri, path) for fs, uri, path in paths if path not in present]
+            paths = [(fs, _path_in(folder, uri, properties), uri) for uri in group]
+            paths = [(fs, path, uri) for fs, path, uri in paths if path not in present]
         else:
             paths = [(*split_uri(uri, properties), uri) for uri in group]
-            paths = [(fs, uri, path) for fs, path, uri in paths]
-        for fs, uri, path in paths:
+        for fs, path, uri in paths:
             unlisted.setdefault(id(fs), (fs, []))[1].append((uri, path))
     missing = []
     for fs, entries in unlisted.values():

@@ -3,10 +3,11 @@
 Every node of the Ray cluster runs reader actors (``_Readers``) for this loader, one thread per
 CPU the loader's share of the node allows, each thread tokenizing on its own thread rather than
 through the tokenizer's pool, as the local backend's threads do. A node that joins later (an
-autoscaler's) gets its readers at the loader's next look, every ``_NODES_EVERY_S``. Each sub-stream (a logical
-shard's share of one component) keeps up to ``units_ahead`` units asked of them or in flight,
-one actor call per unit: a unit consumed is replaced at once by the sub-stream's next, so the
-readers stay busy for the whole run without any pipeline to start, drain or restart. A call
+autoscaler's) gets its readers at the loader's next look, every ``_NODES_EVERY_S``. Each
+sub-stream (a logical shard's share of one component) keeps up to ``units_ahead`` units asked of
+them or in flight, one actor call per unit: a unit consumed is replaced at once by the
+sub-stream's next, so the readers stay busy for the whole run without any pipeline to start,
+drain or restart. A call
 returns its unit's tokens as numpy arrays, which come back through the object store without a
 copy. Memory is bounded by ``units_ahead`` units per sub-stream, however long the run and
 whatever the corpus size. Ray cannot checkpoint the calls, so the loader keeps its own cursors;

@@ -5,8 +5,6 @@ the test process keeps the session's local Ray).
 [KILL_AFTER KILL_SID]``: takes BATCHES batches with ``ray_address=ADDRESS`` and saves them to OUT
 (torch.save), with the Ray node each reader task ran on, or the error that ended the stream.
 With KILL_AFTER, SIGKILLs every process of session KILL_SID (a Ray node) after that many batches.
-With ``FACTORY_TEST_JOIN_AFTER=N``, after N batches it writes ``join.wait`` in the nodes folder
-and waits for ``join.go`` (the test adds a node meanwhile) before it goes on.
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ import json
 import os
 import signal
 import sys
-import time
 
 import torch
 
@@ -25,7 +22,6 @@ from tests.ray_nodes import session_members
 
 _read_and_tokenize = ray_backend._read_and_tokenize
 NODES_DIR = os.environ.get("FACTORY_TEST_NODES_DIR", "")  # travels with the task: this is __main__
-JOIN_AFTER = int(os.environ.get("FACTORY_TEST_JOIN_AFTER", "-1"))
 
 
 def _recording_reader(*args):
@@ -39,21 +35,12 @@ def _recording_reader(*args):
     return _read_and_tokenize(*args)
 
 
-def _wait_for_a_node_to_join(timeout: float = 180) -> None:
-    open(os.path.join(NODES_DIR, "join.wait"), "w").close()
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(os.path.join(NODES_DIR, "join.go")):
-        if time.monotonic() > deadline:
-            raise TimeoutError("no node joined")
-        time.sleep(0.2)
-
-
 def main(argv: list[str]) -> int:
     address, manifest, tokenizer, out, batches, options = argv[:6]
     kill_after, kill_sid = (int(argv[6]), int(argv[7])) if len(argv) > 6 else (None, None)
     ray_backend._read_and_tokenize = _recording_reader  # pickled by value: this is __main__
     ray_backend._NODES_EVERY_S = 0.5  # look for joined nodes often: the test waits for one
-    got, error, readers = [], None, []
+    got, error = [], None
     try:
         with StreamingLoader.from_manifest(
             manifest, tokenizer, backend="ray", ray_address=address, **json.loads(options)
@@ -62,13 +49,10 @@ def main(argv: list[str]) -> int:
                 if i == kill_after:
                     for pid in session_members(kill_sid):
                         os.kill(pid, signal.SIGKILL)
-                if i == JOIN_AFTER:
-                    _wait_for_a_node_to_join()
                 got.append(next(loader))
-            readers = sorted({str(getattr(reader, "node", "")) for reader in loader._backend._readers})
     except Exception as exc:  # the test judges it: a clean failure names what happened
         error = f"{type(exc).__module__}.{type(exc).__name__}: {exc}"
-    torch.save({"batches": got, "error": error, "readers": readers}, out)
+    torch.save({"batches": got, "error": error}, out)
     return 0
 
 

@@ -55,8 +55,8 @@ def big_manifest(mixture):
 
 
 def run_driver(nodes: RayNodes, tmp_path, manifest, mixture, batches: int, options: dict, kill=False, join=None):
-    """The driver's batches, its error, and how many reads ran on each node. ``join``: (after how
-    many batches, a function that adds a node), run while the driver waits for it."""
+    """The driver's batches, its error, and how many reads ran on each node. ``join``: (a batch, a
+    function that adds a node), run while the loader is held before that batch (``FACTORY_PAUSE_AT``)."""
     out, seen = tmp_path / "batches.pt", tmp_path / "nodes"
     seen.mkdir()
     args = [nodes.address, str(manifest), str(mixture.tokenizer), str(out), str(batches), json.dumps(options)]
@@ -65,8 +65,10 @@ def run_driver(nodes: RayNodes, tmp_path, manifest, mixture, batches: int, optio
     # The driver runs outside the checkout (Ray would put its working folder on the workers'
     # path): only what the loader ships reaches the workers.
     env = {**os.environ, "PYTHONPATH": str(REPO), "FACTORY_TEST_NODES_DIR": str(seen), "RAY_AUTH_MODE": "disabled"}
+    hold = tmp_path / "hold"
     if join:
-        env["FACTORY_TEST_JOIN_AFTER"] = str(join[0])
+        env["FACTORY_PAUSE_AT"] = f"loader-next-{join[0]}:{hold}"
+        hold.mkdir()
     log = tmp_path / "driver.log"
     with log.open("w") as output:
         driver = subprocess.Popen(
@@ -76,18 +78,17 @@ def run_driver(nodes: RayNodes, tmp_path, manifest, mixture, batches: int, optio
         try:
             if join:
                 deadline = time.monotonic() + 300
-                while not (seen / "join.wait").exists():
+                while not (hold / "paused").exists():
                     assert driver.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
                     time.sleep(0.2)
                 join[1]()
-                (seen / "join.go").touch()
+                (hold / "resume").touch()
             driver.wait(timeout=400)
         finally:
             driver.kill()
     assert driver.returncode == 0, log.read_text()[-4000:]
     result = torch.load(out, weights_only=True)
-    reads = {p.name: len(p.read_text().split()) for p in seen.iterdir() if not p.name.startswith("join.")}
-    print(f"reader actors were started on {len(result['readers'])} node(s)")
+    reads = {p.name: len(p.read_text().split()) for p in seen.iterdir()}
     return result["batches"], result["error"], reads
 
 
