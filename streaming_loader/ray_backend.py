@@ -3,7 +3,9 @@
 Every node of the Ray cluster runs reader actors (``_Readers``) for this loader, one thread per
 CPU the loader's share of the node allows, each thread tokenizing on its own thread rather than
 through the tokenizer's pool, as the local backend's threads do. A node that joins later (an
-autoscaler's) gets its readers at the loader's next look, every ``_NODES_EVERY_S``. Each
+autoscaler's) gets its readers at the loader's next look, every ``_NODES_EVERY_S``, which runs
+on a thread of its own: Ray's control store (GCS) answers it, and a GCS that is slow or starting
+again holds that look, never the stream (reads go from this process to the actors directly). Each
 sub-stream (a logical shard's share of one component) keeps up to ``units_ahead`` units asked of
 them or in flight, one actor call per unit: a unit consumed is replaced at once by the
 sub-stream's next, so the readers stay busy for the whole run without any pipeline to start,
@@ -36,6 +38,8 @@ import importlib
 import itertools
 import logging
 import os
+import queue
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -141,7 +145,12 @@ class RayBackend:
         if not nodes:
             raise StreamError("the Ray cluster has no live node with a CPU to read on; add one, or use backend='local'")
         self._readers = _start_readers(self._read, ranks, nodes)
-        self._nodes_at = time.monotonic()
+        self._live: queue.SimpleQueue[list[tuple[str, float]]] = queue.SimpleQueue()
+        self._closing = threading.Event()
+        # Given the queue and the event, not self: the thread must not keep an unclosed backend alive.
+        threading.Thread(
+            target=_watch_nodes, args=(self._live, self._closing), name="loader-ray-nodes", daemon=True
+        ).start()
         self._feeds: dict[int, _Feed] = {}
         self._ids = itertools.count()
         self._buffered, self._buffered_at = 0, float("-inf")
@@ -183,14 +192,15 @@ class RayBackend:
         self.tasks += 1
 
     def _join_new_nodes(self) -> None:
-        """Readers on the nodes that joined the cluster since the last look (every ``_NODES_EVERY_S``):
-        they take the next reads, having none waiting."""
-        now = time.monotonic()
-        if now - self._nodes_at < _NODES_EVERY_S:
+        """Readers on the nodes that joined the cluster, as ``_watch_nodes`` last found them: they
+        take the next reads, having none waiting."""
+        if self._live.empty():
             return
-        self._nodes_at = now
+        live = self._live.get()
+        while not self._live.empty():  # only the newest look counts
+            live = self._live.get()
         known = {reader.node for reader in self._readers}
-        joined = [(node, cpus) for node, cpus in _live_nodes() if node not in known]
+        joined = [(node, cpus) for node, cpus in live if node not in known]
         if joined:
             self._readers += _start_readers(self._read, self._ranks, joined)
             log.info("loader: reader actors started on %d node(s) that joined the Ray cluster", len(joined))
@@ -256,6 +266,7 @@ class RayBackend:
         self._feeds.clear()
 
     def close(self) -> None:
+        self._closing.set()
         self.reset()
         readers, self._readers, self._shared = self._readers, [], None
         _OPEN.discard(self)
@@ -329,6 +340,22 @@ def _live_nodes() -> list[tuple[str, float]]:
 
     found = [(n["NodeID"], n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
     return [(node, cpus) for node, cpus in found if cpus >= 1]
+
+
+def _watch_nodes(live: queue.SimpleQueue, closing: threading.Event) -> None:
+    """Every ``_NODES_EVERY_S`` until ``closing``, the cluster's live nodes into ``live``. A look
+    that fails (a GCS restarting) is logged, and the next one tries again."""
+    import ray
+
+    while not closing.wait(_NODES_EVERY_S):
+        if not ray.is_initialized():  # Ray shut down under an open loader: nothing to look at
+            return
+        try:
+            live.put(_live_nodes())
+        except Exception as exc:
+            log.warning(
+                "loader: looking for Ray nodes that joined failed (%s); looking again in %gs", exc, _NODES_EVERY_S
+            )
 
 
 def _start_readers(read: Callable[..., Any], ranks: int, nodes: list[tuple[str, float]]) -> list[_Reader]:

@@ -1,13 +1,15 @@
 """The loader on a two-node Ray cluster (`ray start --head` and `ray start --address`, each a
-node of its own): the stream of backend="local", read on both nodes, through a node's death."""
+node of its own): the stream of backend="local", read on both nodes, through a node's death, a node that joins and a stalled GCS."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +18,7 @@ from mixtures.pin import pin
 from mixtures.spec import spec_from_dict
 from tests.conftest import REPO
 from tests.corpora import make_table
-from tests.ray_nodes import RayNodes
+from tests.ray_nodes import RayNodes, session_members
 from tests.streaming_loader.conftest import SMALL
 from tests.streaming_loader.test_loader import same, take
 from tests.streaming_loader.test_ray import BIG, loader
@@ -54,9 +56,10 @@ def big_manifest(mixture):
     return path
 
 
-def run_driver(nodes: RayNodes, tmp_path, manifest, mixture, batches: int, options: dict, kill=False, join=None):
-    """The driver's batches, its error, and how many reads ran on each node. ``join``: (a batch, a
-    function that adds a node), run while the loader is held before that batch (``FACTORY_PAUSE_AT``)."""
+def run_driver(nodes: RayNodes, tmp_path, manifest, mixture, batches: int, options: dict, kill=False, holds=()):
+    """The driver's batches, its error, and how many reads ran on each node. ``holds``: (a batch, a
+    function, seconds), the function run while the loader is held before that batch
+    (``FACTORY_PAUSE_AT``), which must come within those seconds of the hold before it."""
     out, seen = tmp_path / "batches.pt", tmp_path / "nodes"
     seen.mkdir()
     args = [nodes.address, str(manifest), str(mixture.tokenizer), str(out), str(batches), json.dumps(options)]
@@ -65,10 +68,11 @@ def run_driver(nodes: RayNodes, tmp_path, manifest, mixture, batches: int, optio
     # The driver runs outside the checkout (Ray would put its working folder on the workers'
     # path): only what the loader ships reaches the workers.
     env = {**os.environ, "PYTHONPATH": str(REPO), "FACTORY_TEST_NODES_DIR": str(seen), "RAY_AUTH_MODE": "disabled"}
-    hold = tmp_path / "hold"
-    if join:
-        env["FACTORY_PAUSE_AT"] = f"loader-next-{join[0]}:{hold}"
-        hold.mkdir()
+    folders = [tmp_path / f"hold-{batch}" for batch, _, _ in holds]
+    for folder in folders:
+        folder.mkdir()
+    if holds:
+        env["FACTORY_PAUSE_AT"] = ";".join(f"loader-next-{b}:{f}" for (b, _, _), f in zip(holds, folders, strict=True))
     log = tmp_path / "driver.log"
     with log.open("w") as output:
         driver = subprocess.Popen(
@@ -76,13 +80,14 @@ def run_driver(nodes: RayNodes, tmp_path, manifest, mixture, batches: int, optio
             cwd=tmp_path, env=env, stdout=output, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         try:
-            if join:
-                deadline = time.monotonic() + 300
-                while not (hold / "paused").exists():
-                    assert driver.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+            for (batch, action, seconds), folder in zip(holds, folders, strict=True):
+                deadline = time.monotonic() + seconds
+                while not (folder / "paused").exists():
+                    assert driver.poll() is None, log.read_text()[-4000:]
+                    assert time.monotonic() < deadline, f"no batch {batch} in {seconds} s:\n{log.read_text()[-4000:]}"
                     time.sleep(0.2)
-                join[1]()
-                (hold / "resume").touch()
+                action()
+                (folder / "resume").touch()
             driver.wait(timeout=400)
         finally:
             driver.kill()
@@ -124,7 +129,38 @@ def test_a_node_that_joins_mid_stream_gets_readers_and_the_stream_is_the_same(no
         nodes.start_node("late", {"late": 1})
         nodes.wait_for(alive + 1, watch=("late",))
 
-    got, error, reads = run_driver(nodes, tmp_path, big_manifest, mixture, 24, options, join=(8, add_node))
+    got, error, reads = run_driver(nodes, tmp_path, big_manifest, mixture, 24, options, holds=[(8, add_node, 300)])
     assert error is None
     assert same(got, reference)
     assert len(reads) == alive + 1, reads  # reads ran on the node that joined after the loader started
+
+
+def test_a_stalled_control_store_does_not_hold_the_stream(nodes, mixture, big_manifest, tmp_path):
+    """The loader's look for joined nodes asks Ray's control store (the GCS). Stopped (SIGSTOP, as
+    an overloaded or restarting GCS answers nothing), it holds that call; reads go from the driver
+    to the reader actors directly, so the stream must go on without it."""
+    options = {**BIG, "num_shards": 8}
+    with loader(mixture, "local", big_manifest, **options) as local:
+        reference = take(local, 24)
+    gcs = [pid for pid in session_members(nodes.nodes["head"].pid) if _name(pid) == "gcs_server"]
+    assert len(gcs) == 1, gcs
+
+    def stop_gcs() -> None:
+        os.kill(gcs[0], signal.SIGSTOP)
+        time.sleep(1)  # a look is due (every 0.5 s in ray_driver) when the loader goes on
+
+    try:
+        # Batches 8 to 20 within 45 s, as raylets give up on a silent GCS after 60.
+        holds = [(8, stop_gcs, 300), (20, lambda: os.kill(gcs[0], signal.SIGCONT), 45)]
+        got, error, _reads = run_driver(nodes, tmp_path, big_manifest, mixture, 24, options, holds=holds)
+    finally:
+        os.kill(gcs[0], signal.SIGCONT)
+    assert error is None
+    assert same(got, reference)
+
+
+def _name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
