@@ -1,5 +1,6 @@
 """The loader on a two-node Ray cluster (`ray start --head` and `ray start --address`, each a
-node of its own): the stream of backend="local", read on both nodes, through a node's death, a node that joins and a stalled GCS."""
+node of its own): the stream of backend="local", read on both nodes, through a node's death,
+a node that joins, and a stalled GCS."""
 
 from __future__ import annotations
 
