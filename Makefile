@@ -42,7 +42,7 @@ experiments-demo: install java $(CLASSES) ## mixture search on real data: 3 comp
 	$(BIN)/python -m experiments.demo
 
 test: install java $(CLASSES) ## run the test suite on real Spark, Iceberg catalogs, Ray and torchrun
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=30
 
 test-fast: install ## the tests that need no JVM, Ray cluster or torchrun: the edit-test loop (under two minutes)
 	$(BIN)/python -m pytest -q -m "not engine and not slow"
