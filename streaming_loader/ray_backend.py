@@ -147,7 +147,9 @@ class RayBackend:
         self._readers = _start_readers(self._read, ranks, nodes)
         self._live: queue.SimpleQueue[list[tuple[str, float]]] = queue.SimpleQueue()
         self._closing = threading.Event()
-        # Given the queue and the event, not self: the thread must not keep an unclosed backend alive.
+        # Given the queue and the event, not self, so that a backend dropped without close() is
+        # collected, and its collection ends the thread.
+        weakref.finalize(self, self._closing.set)
         threading.Thread(
             target=_watch_nodes, args=(self._live, self._closing), name="loader-ray-nodes", daemon=True
         ).start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
@@ -64,6 +65,24 @@ def test_one_reader_actor_per_node_tokenizes_on_threads_of_its_own_until_closed(
         assert ray.get(setting) == "false"  # each thread calls the tokenizer on its own thread
     with pytest.raises(RayActorError):  # closing the loader stopped its readers
         ray.get(reader.actor.__ray_call__.remote(lambda _: os.getpid()), timeout=60)
+
+
+def test_the_look_for_joined_nodes_ends_with_the_loader_closed_or_dropped(ray_cluster, mixture):
+    def lookers() -> int:
+        return sum(t.name == "loader-ray-nodes" and t.is_alive() for t in threading.enumerate())
+
+    before = lookers()
+    with loader(mixture, "ray") as source:
+        take(source, 2)
+        assert lookers() == before + 1
+    dropped = loader(mixture, "ray")  # never closed: a script that just lets its loader go
+    take(dropped, 2)
+    del dropped
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while lookers() > before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert lookers() == before
 
 
 @pytest.mark.parametrize(
