@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
     address, manifest, tokenizer, out, batches, options = argv[:6]
     kill_after, kill_sid = (int(argv[6]), int(argv[7])) if len(argv) > 6 else (None, None)
     ray_backend._read_and_tokenize = _recording_reader  # pickled by value: this is __main__
-    ray_backend._NODES_EVERY_S = 0.5  # look for joined nodes often: the test waits for one
+    ray_backend._NODES_EVERY_S = 0.5  # look for nodes often: the tests add one, or stall the look
     got, error = [], None
     try:
         with StreamingLoader.from_manifest(

@@ -68,21 +68,22 @@ def test_one_reader_actor_per_node_tokenizes_on_threads_of_its_own_until_closed(
 
 
 def test_the_look_for_joined_nodes_ends_with_the_loader_closed_or_dropped(ray_cluster, mixture):
-    def lookers() -> int:
-        return sum(t.name == "loader-ray-nodes" and t.is_alive() for t in threading.enumerate())
+    def lookers() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "loader-ray-nodes"}
 
-    before = lookers()
+    before = lookers()  # other tests' loaders, if any are still open
     with loader(mixture, "ray") as source:
         take(source, 2)
-        assert lookers() == before + 1
+        (closed,) = lookers() - before
+    closed.join(timeout=10)
+    assert not closed.is_alive()
     dropped = loader(mixture, "ray")  # never closed: a script that just lets its loader go
     take(dropped, 2)
+    (collected,) = lookers() - before
     del dropped
     gc.collect()
-    deadline = time.monotonic() + 10
-    while lookers() > before and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert lookers() == before
+    collected.join(timeout=10)
+    assert not collected.is_alive()
 
 
 @pytest.mark.parametrize(
