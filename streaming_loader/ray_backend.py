@@ -9,12 +9,11 @@ again holds that look, never the stream (reads go from this process to the actor
 sub-stream (a logical shard's share of one component) keeps up to ``units_ahead`` units asked of
 them or in flight, one actor call per unit: a unit consumed is replaced at once by the
 sub-stream's next, so the readers stay busy for the whole run without any pipeline to start,
-drain or restart. A call
-returns its unit's tokens as numpy arrays, which come back through the object store without a
-copy. Memory is bounded by ``units_ahead`` units per sub-stream, however long the run and
-whatever the corpus size. Ray cannot checkpoint the calls, so the loader keeps its own cursors;
-after ``load_state_dict`` the queued calls are cancelled and the sub-streams start again at the
-units holding the new cursors.
+drain or restart. A call returns its unit's tokens as numpy arrays, which come back through the
+object store without a copy. Memory is bounded by ``units_ahead`` units per sub-stream, however
+long the run and whatever the corpus size. Ray cannot checkpoint the calls, so the loader keeps
+its own cursors; after ``load_state_dict`` the queued calls are cancelled and the sub-streams
+start again at the units holding the new cursors.
 
 Why actors with threads: the first version ran a Ray Data pipeline
 (``from_items(units).map_batches(...)``) for each round of demand, because a dataset's inputs

@@ -68,8 +68,8 @@ class RayNodes:
                 raise RuntimeError(f"the Ray nodes did not come up:\n{done.stderr[-2000:]}\n{logs}")
             time.sleep(1)
 
-    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        """Signal every process of a node (SIGKILL: the machine it stood for died).
+    def kill(self, name: str) -> None:
+        """SIGKILL every process of a node, as if the machine it stood for died.
 
         A node's processes share the session `ray start` leads; its workers each make a process
         group of their own, so the session, not the group, is what holds them all.
@@ -77,9 +77,8 @@ class RayNodes:
         proc = self.nodes[name]
         for pid in session_members(proc.pid):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        if sig == signal.SIGKILL:
-            proc.wait()
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
 
     def stop(self) -> None:
         # Killed, not asked to stop: Ray 2.60's raylet and GCS were still there 30 s after a SIGTERM
