@@ -90,8 +90,11 @@ def _read_segment(component: ComponentPlan, segment: Segment, properties: Mappin
     parquet = open_parquet(path, component.label, properties)
     batches, seen = [], 0
     try:
+        # Decoded on this reader's own thread, not Arrow's CPU pool: a few hundred rows of two
+        # columns at a time, while the other readers tokenize; handed to the pool's threads, they
+        # cost the readers 1-3 % more CPU per token (docs/benchmarks.md, seventh session).
         for batch in parquet.iter_batches(
-            batch_size=READ_BATCH_ROWS, row_groups=list(range(first, last + 1)), columns=columns
+            batch_size=READ_BATCH_ROWS, row_groups=list(range(first, last + 1)), columns=columns, use_threads=False
         ):
             if seen + batch.num_rows > skip:
                 batches.append(batch.slice(max(0, skip - seen)))
