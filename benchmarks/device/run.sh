@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# On the lent GPU machine (the `device` tool, carry [".device"]), after benchmarks/device/prepare.sh
+# here: unpacks the carried packages and runs one check, its output also under $OUT.
+#
+#     bash benchmarks/device/run.sh trainer   # issue 19 point 7: the 1B config on one H200 (< 8 min)
+#     bash benchmarks/device/run.sh loader    # the loader benchmark on the machine's 16 cores (about 3 min)
+#     bash benchmarks/device/run.sh trainer --config configs/demo-train.toml --steps 4   # other arguments
+#
+# One check a call: each fits the tool's 10 minutes a command, and a session has 15 minutes of
+# device time in all, the machine's start included.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+check=${1:?say which: trainer or loader}
+shift
+out=${OUT:-/tmp/device-out}
+mkdir -p "$out" /tmp/device-site
+if [ ! -d /tmp/device-site/site ]; then
+  tar -C /tmp/device-site -xJf "${SITE_ARCHIVE:-.device/site.tar.xz}" || { echo "no .device/site.tar.xz: run benchmarks/device/prepare.sh here and carry .device" >&2; exit 2; }
+fi
+export PYTHONPATH=/tmp/device-site/site:$PWD PYTHONUNBUFFERED=1
+PYTHON=${PYTHON:-python3}
+$PYTHON - <<'PY' 2>&1 | tee "$out/environment.txt"
+import os, sys
+import pyarrow, pyiceberg, ray, tokenizers, torch
+print(f"python {sys.version.split()[0]}, torch {torch.__version__}, ray {ray.__version__}, pyiceberg {pyiceberg.__version__}, "
+      f"pyarrow {pyarrow.__version__}, tokenizers {tokenizers.__version__}, {os.cpu_count()} CPUs, "
+      f"GPU: {torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}")
+PY
+case "$check" in
+  trainer)
+    [ $# -gt 0 ] || set -- --config configs/1b.toml --steps 30 --set data.global_batch_size=64
+    timeout 540 $PYTHON benchmarks/trainer/run.py "$@" 2>&1 | tee "$out/trainer.txt" ;;
+  loader)
+    [ $# -gt 0 ] || set -- --home /tmp/device-loaderhome --no-seek
+    timeout 540 $PYTHON benchmarks/loader/run.py "$@" 2>&1 | tee "$out/loader.txt" ;;
+  *)
+    echo "unknown check $check: say trainer or loader" >&2; exit 2 ;;
+esac
