@@ -13,9 +13,10 @@ cd "$(dirname "$0")/../.."
 check=${1:?say which: trainer or loader}
 shift
 out=${OUT:-/tmp/device-out}
+archive=${SITE_ARCHIVE:-.device/site.tar.xz}
 mkdir -p "$out" /tmp/device-site
 if [ ! -d /tmp/device-site/site ]; then
-  tar -C /tmp/device-site -xJf "${SITE_ARCHIVE:-.device/site.tar.xz}" || { echo "no .device/site.tar.xz: run benchmarks/device/prepare.sh here and carry .device" >&2; exit 2; }
+  tar -C /tmp/device-site -xJf "$archive" || { echo "cannot unpack $archive: run benchmarks/device/prepare.sh here and carry .device" >&2; exit 2; }
 fi
 export PYTHONPATH=/tmp/device-site/site:$PWD PYTHONUNBUFFERED=1
 PYTHON=${PYTHON:-python3}
