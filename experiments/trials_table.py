@@ -10,22 +10,16 @@ and order in any reader (Spark, DuckDB, pandas) without a schema change per swee
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import EqualTo
 from pyiceberg.schema import Schema
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
-from lakehouse.catalog import ensure_table
-from lakehouse.commit import CommitResult, Run, StagedFile
-from lakehouse.local_files import sync_file, sync_folders
-from lakehouse.run_binding import RunOutput, commit_run, find_run_commits
-from lakehouse.schemas import arrow_schema
+from lakehouse.commit import CommitResult, Run
+from lakehouse.rows import commit_rows, decode_json
 
 TRIALS_TABLE = ("experiments", "trials")
 JOB = "trial"
@@ -55,25 +49,15 @@ def trial_run_id(sweep_id: str, trial_id: str) -> str:
 
 
 def commit_trial(catalog: Catalog, row: Mapping[str, Any]) -> CommitResult | None:
-    """Commit ``row`` as its own snapshot of ``experiments.trials``; None if it was already there."""
-    table = ensure_table(catalog, TRIALS_TABLE, TRIALS_SCHEMA)
+    """Commit ``row`` as its own snapshot of ``experiments.trials``; None if it was already there
+    (a resumed sweep, or the driver's second look)."""
     run = Run(
         job=JOB,
         run_id=trial_run_id(row["sweep_id"], row["trial_id"]),
         params={"sweep_id": row["sweep_id"], "trial_id": row["trial_id"], "kind": row["kind"]},
         inputs=[],
     )
-    if find_run_commits(catalog, run, [TRIALS_TABLE])[TRIALS_TABLE] is not None:
-        return None  # recorded before (a resumed sweep, or the driver's second look)
-    path = f"{run.staging_prefix(table)}/trial.parquet"
-    arrow = pa.Table.from_pylist([_plain(row)], schema=arrow_schema(TRIALS_SCHEMA))
-    with table.io.new_output(path).create(overwrite=True) as stream:
-        pq.write_table(arrow, stream)
-    if "://" not in path or path.startswith("file://"):  # the commit protocol: on disk before committed
-        local = path.removeprefix("file://")
-        sync_file(local)
-        sync_folders(local)
-    return commit_run(catalog, run, [RunOutput(TRIALS_TABLE, [StagedFile(path, 1)])], {"rows": 1})[0]
+    return commit_rows(catalog, TRIALS_TABLE, TRIALS_SCHEMA, run, [row])
 
 
 def read_trials(catalog: Catalog, sweep_id: str) -> list[dict[str, Any]]:
@@ -83,17 +67,4 @@ def read_trials(catalog: Catalog, sweep_id: str) -> list[dict[str, Any]]:
     except Exception:  # no table yet: no trials
         return []
     rows = table.scan(row_filter=EqualTo("sweep_id", sweep_id)).to_arrow().to_pylist()
-    for row in rows:
-        for key in ("params", "final_loss", "best_loss", "loss_curve"):
-            row[key] = json.loads(row[key]) if row.get(key) else None
-    return sorted(rows, key=lambda r: r["trial_id"])
-
-
-def _plain(row: Mapping[str, Any]) -> dict[str, Any]:
-    plain = {}
-    for field in TRIALS_SCHEMA.fields:
-        value = row.get(field.name)
-        if isinstance(field.field_type, StringType) and value is not None and not isinstance(value, str):
-            value = json.dumps(value, sort_keys=True, default=str)
-        plain[field.name] = value
-    return plain
+    return sorted(decode_json(rows, ("params", "final_loss", "best_loss", "loss_curve")), key=lambda r: r["trial_id"])
