@@ -88,9 +88,17 @@ class AblationSpec:
 def load_ablation_spec(path: str | Path) -> AblationSpec:
     path = Path(path)
     data = read_spec(path, "ablation")
-    refuse_unknown_keys(data, _SPEC_KEYS, f"{path}")
+    try:
+        return ablation_spec_from_dict(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def ablation_spec_from_dict(data: Mapping[str, Any]) -> AblationSpec:
+    """An ablation spec from its keys (a spec file's, or a factory definition's ablation)."""
+    refuse_unknown_keys(data, _SPEC_KEYS, "the ablation spec")
     if "name" not in data or "config" not in data:
-        raise ConfigError(f"{path}: an ablation spec needs `name` and `config` (the base training config)")
+        raise ConfigError("an ablation spec needs `name` and `config` (the base training config)")
     cpus, gpus = trial_resources(data)
     return AblationSpec(
         name=str(data["name"]),

@@ -22,9 +22,12 @@ Here:
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +39,7 @@ from lakehouse.errors import ConfigError, InputError
 
 MODELS = ("linear", "quadratic", "lightgbm")
 _SPEC_KEYS = {"name", "config", "trials", "seed", "set", "target", "nproc", "resources", "concentration",
-              "candidates", "top", "folds", "min_weight"}  # fmt: skip
+              "candidates", "top", "folds", "min_weight", "prior"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,9 @@ class SearchSpec:
     top: int = 100
     folds: int = 0  # cross-validation folds; 0 = leave one out
     min_weight: float = 0.0  # floor on every sampled weight (so no component is left out entirely)
+    # The Dirichlet's centre, {component: weight} (normalised); empty: the components' token shares.
+    # A search run again after its data changed starts from the earlier optimum (docs/factory.md).
+    prior: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.trials, int) or self.trials < 6:
@@ -63,20 +69,44 @@ class SearchSpec:
             raise ConfigError("concentration must be > 0 and 1 <= top <= candidates")
         if not 0 <= self.min_weight < 0.5:
             raise ConfigError("min_weight must be in [0, 0.5)")
+        if not isinstance(self.prior, Mapping) or any(
+            isinstance(w, bool) or not isinstance(w, int | float) or w < 0 for w in self.prior.values()
+        ):
+            raise ConfigError("prior must be a table {component = weight} of numbers >= 0")
+        if self.prior and sum(self.prior.values()) <= 0:
+            raise ConfigError("prior: the weights sum to zero")
 
-    @property
+    @cached_property
     def search_id(self) -> str:
-        return f"{self.name}-{spec_hash(self.__dict__)[:10]}"
+        """The name and a hash of the spec and of the base manifest it searches over: trials
+        measured on other data are never taken for this search's (``--resume`` finds only its own)."""
+        from trainer.config import load_config
+
+        manifest = Path(load_config(self.config, list(self.set)).data.manifest)
+        try:
+            fingerprint = json.loads(manifest.read_text(encoding="utf-8")).get("fingerprint")
+        except (OSError, ValueError):
+            fingerprint = None  # the search refuses a missing base manifest with its own message
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return f"{self.name}-{spec_hash({**fields, 'base_manifest': fingerprint})[:10]}"
 
 
 def load_search_spec(path: str | Path) -> SearchSpec:
     path = Path(path)
     data = read_spec(path, "search")
-    refuse_unknown_keys(data, _SPEC_KEYS, f"{path}")
+    try:
+        return search_spec_from_dict(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def search_spec_from_dict(data: Mapping[str, Any]) -> SearchSpec:
+    """A search spec from its keys (a spec file's, or a factory definition's mixture search)."""
+    refuse_unknown_keys(data, _SPEC_KEYS, "the search spec")
     if "name" not in data or "config" not in data:
-        raise ConfigError(f"{path}: a search spec needs `name` and `config` (the base training config)")
+        raise ConfigError("a search spec needs `name` and `config` (the base training config)")
     cpus, gpus = trial_resources(data)
-    data.pop("resources", None)
+    data = {k: v for k, v in data.items() if k != "resources"}
     data["set"] = tuple(data.get("set", []))
     return SearchSpec(**data, cpus=cpus, gpus=gpus)
 
@@ -187,6 +217,21 @@ def fit_and_optimise(
     return Fit(model, scores[model], scores, dict(zip(components, map(float, optimum), strict=True)), predicted)
 
 
+def search_prior(spec: SearchSpec, shares: Mapping[str, float]) -> dict[str, float]:
+    """The Dirichlet's centre: the spec's ``prior`` (normalised, in the manifest's component order),
+    else the components' token ``shares``."""
+    if not spec.prior:
+        return dict(shares)
+    missing, unknown = sorted(set(shares) - set(spec.prior)), sorted(set(spec.prior) - set(shares))
+    if missing or unknown:
+        raise ConfigError(
+            f"prior must give a weight for each component ({', '.join(shares)}): "
+            f"missing {', '.join(missing) or 'none'}, unknown {', '.join(unknown) or 'none'}"
+        )
+    total = sum(spec.prior.values())
+    return {name: float(spec.prior[name]) / total for name in shares}
+
+
 def token_shares(manifest: Any) -> dict[str, float]:
     """Each component's share of the pinned text bytes (the Dirichlet's centre)."""
     sizes = {c.name: sum(f.text_bytes for f in c.files) for c in manifest.components}
@@ -250,7 +295,7 @@ def run_search(
         catalog_name=catalog_name,
     )  # fmt: skip
     base = Manifest.load(setup.base_manifest)
-    shares = token_shares(base)
+    shares = search_prior(spec, token_shares(base))
     components = tuple(shares)
     unknown = sorted(set(spec.target) - set(components))
     if unknown:
@@ -331,7 +376,7 @@ def format_search(result: SearchResult) -> str:
         "fit (cross-validated Spearman, predicted vs actual on held-out trials): "
         + ", ".join(f"{m} {s:.3f}" for m, s in fit.scores.items())
         + f"  → {fit.model}",
-        "prior (token shares): " + ", ".join(f"{k} {v:.3f}" for k, v in result.shares.items()),
+        "prior (Dirichlet centre): " + ", ".join(f"{k} {v:.3f}" for k, v in result.shares.items()),
         "optimum:              " + ", ".join(f"{k} {v:.3f}" for k, v in fit.optimum.items()),
         f"predicted metric {fit.predicted:.4f}; swarm median {float(np.median(scored)):.4f}, best {min(scored):.4f}",
     ]

@@ -38,7 +38,9 @@ JSON_COLUMNS = ("evidence", "inputs", "before", "after")
 VERDICTS = {
     "refinement-gate": ("promoted", "refused"),
     "mixture": ("determined", "kept"),
-    "ablation": ("adopted", "rejected", "inconclusive"),
+    # adopted: a variant won and the run's next config takes it; winner: a variant won but adoption
+    # is off; rejected: every variant is worse beyond seed noise; inconclusive: anything else.
+    "ablation": ("adopted", "winner", "rejected", "inconclusive"),
 }
 
 DECISIONS_SCHEMA = Schema(

@@ -163,3 +163,34 @@ def tag_snapshot(table: Table, pinned: PinnedRef, name: str, *, force: bool = Fa
         table.manage_snapshots().remove_tag(name).create_tag(pinned.snapshot_id, name).commit()
         return
     table.manage_snapshots().create_tag(pinned.snapshot_id, name).commit()
+
+
+def move_tag(catalog: Catalog, identifier: tuple[str, ...], name: str, expected: int | None, snapshot_id: int) -> None:
+    """Point tag ``name`` at ``snapshot_id`` if it still names ``expected`` (None: no tag yet).
+
+    A compare-and-set: the catalog checks the tag's snapshot at commit (pyiceberg's
+    ``AssertRefSnapshotId``), so two deciders cannot both move it. Already at ``snapshot_id``: done.
+    Moved elsewhere meanwhile: ``PublishRefusedError``, the tag left where the other put it."""
+    validate_ref_name(name)
+    label = format_identifier(identifier)
+
+    def attempt() -> None:
+        table = load_table(catalog, identifier)
+        existing = table.metadata.refs.get(name)
+        current = None if existing is None else existing.snapshot_id
+        if existing is not None and existing.snapshot_ref_type != "tag":
+            raise InvalidIdentifierError(f"{name!r} is a branch of {label}, not a tag")
+        if current == snapshot_id:
+            return
+        if current != expected:
+            raise PublishRefusedError(
+                f"{label}: tag {name!r} moved to snapshot {current} while it was to move from {expected} to "
+                f"{snapshot_id}; left where it is"
+            )
+        update = table.manage_snapshots()
+        if existing is not None:
+            update = update.remove_tag(name)
+        update.create_tag(snapshot_id, name).commit()
+        log.info("%s: tag %s moved from %s to %s", label, name, expected, snapshot_id)
+
+    _retry(attempt, label)

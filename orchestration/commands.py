@@ -1,51 +1,72 @@
 """Running a `factory` command for Dagster: the command is the unit of work, Dagster decides when.
 
-Each command gets ``--run-id`` from Dagster's run: the root run's id (the first run of a chain of
-re-executions) and the step. A Dagster retry of a failed run (a re-execution, a new Dagster run
-with the same root) therefore hands the job the same run id, and the run-id binding
-(docs/architecture.md, "The commit protocol", step 4) makes it finish what the failed attempt
-left, or refuse if the inputs moved; it never commits twice.
+The runner is the ``commands`` resource. Under ``dagster dev`` or the daemon it starts
+``python -m factory_cli.main ARGV`` (``SubprocessRunner``): a job that crashes takes only its
+own process with it. ``factory run`` hands in a runner that calls the command in its own process
+instead, so Spark jobs share one session (the command line is the floor above this one, so it
+passes the runner down rather than this floor importing it).
+
+Each command's run id is derived from what it runs on (the pinned inputs and its options), never
+from Dagster's run: materialising again, a retried Dagster run and a restarted daemon all give
+the command the run id it had, and the run-id binding (docs/architecture.md, "The commit
+protocol", step 4) finishes what an earlier attempt left, or does nothing.
 """
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
+import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
-from lakehouse.catalog import load_catalog, resolve
-from orchestration.settings import FactorySettings
+REPO = Path(__file__).resolve().parent.parent
+
+# (argv, a line logger) → (exit status, what it printed).
+CommandRunner = Callable[[Sequence[str], Callable[[str], None]], tuple[int, str]]
 
 
-def factory_run_id(context: dg.OpExecutionContext | dg.AssetExecutionContext, step: str) -> str:
-    """``<root Dagster run id>-<step>``: the same across Dagster's re-executions of a run."""
-    run = context.run
-    return f"{run.root_run_id or run.run_id}-{step}"
+class SubprocessRunner:
+    """Each command in a fresh ``factory`` process, its output streamed line by line to the log."""
 
+    streams = True
 
-def run_factory(context, settings: FactorySettings, argv: Sequence[str]) -> str:
-    """Run ``factory ARGV``; return what it printed. A non-zero exit fails the Dagster step with
-    the command's own error message."""
-    argv = list(argv)  # the catalog reaches the command as FACTORY_CATALOG (settings.environment)
-    context.log.info("factory %s", " ".join(argv))
-    if settings.in_process:
-        code, output = _in_process(settings, argv)
-    else:
-        proc = subprocess.run(
+    def __call__(self, argv: Sequence[str], log: Callable[[str], None]) -> tuple[int, str]:
+        env = dict(os.environ)
+        # The commands import this checkout's packages, wherever Dagster was started from.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+        lines = []
+        with subprocess.Popen(
             [sys.executable, "-m", "factory_cli.main", *argv],
-            env=settings.environment(),
-            capture_output=True,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
-        )
-        code, output = proc.returncode, proc.stdout + proc.stderr
-    for line in output.splitlines()[-60:]:
-        context.log.info(line)
+            errors="replace",
+        ) as proc:
+            for line in proc.stdout:
+                lines.append(line)
+                log(line.rstrip("\n"))
+        return proc.returncode, "".join(lines)
+
+
+def run_factory(context: dg.AssetExecutionContext | dg.OpExecutionContext, argv: Sequence[str]) -> str:
+    """Run ``factory ARGV`` with the ``commands`` resource; return what it printed. A non-zero exit
+    fails the Dagster step with the command's own ``error:`` line."""
+    argv = [str(a) for a in argv]
+    context.log.info("factory %s", " ".join(argv))
+    runner: CommandRunner = context.resources.commands
+    code, output = runner(argv, context.log.info)
+    if not getattr(runner, "streams", False):
+        for line in output.splitlines()[-60:]:
+            context.log.info(line)
     if code != 0:
-        errors = [line for line in output.splitlines() if line.startswith("error:")]
+        errors = [line for line in output.splitlines() if line.startswith("error")]
         raise dg.Failure(
             description=f"factory {argv[0]} exited with {code}: {errors[-1] if errors else output[-2000:]}",
             metadata={"command": "factory " + " ".join(argv)},
@@ -53,64 +74,12 @@ def run_factory(context, settings: FactorySettings, argv: Sequence[str]) -> str:
     return output
 
 
-def _in_process(settings: FactorySettings, argv: list[str]) -> tuple[int, str]:
-    import io
-    from contextlib import redirect_stdout
-
-    from factory_cli.main import run_command
-
-    out = io.StringIO()
-    with _environment(settings), redirect_stdout(out):
-        try:
-            code = run_command(argv[0], argv[1:])
-        except SystemExit as exc:  # argparse
-            code = int(exc.code or 0)
-    return code, out.getvalue()
+def run_id(*parts: Any) -> str:
+    """``<first part>-<hash of all parts>``: a command's run id from what it runs on."""
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return f"{parts[0]}-{digest}"[:128]
 
 
-@contextlib.contextmanager
-def _environment(settings: FactorySettings) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in ("FACTORY_HOME", "FACTORY_CATALOG")}
-    if settings.home:
-        os.environ["FACTORY_HOME"] = settings.home
-    if settings.catalog:
-        os.environ["FACTORY_CATALOG"] = settings.catalog
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def pinned(settings: FactorySettings, table: str) -> str:
-    """``NS.TABLE@<snapshot id>`` of the table's main now: each step reads a pinned snapshot."""
-    with _environment(settings):
-        return str(resolve(load_catalog(settings.catalog or None), table)[1])
-
-
-def snapshot_id(settings: FactorySettings, table: str) -> int | None:
-    """The current snapshot of ``table``'s main, or None if it has none (or does not exist)."""
-    from lakehouse.errors import FactoryError
-
-    try:
-        return int(pinned(settings, table).rsplit("@", 1)[1])
-    except FactoryError:
-        return None
-
-
-def recorded_inputs(settings: FactorySettings, table: str, run_id: str) -> list[dict] | None:
-    """The pinned inputs (``factory.inputs``) run ``run_id`` committed to ``table``'s main, if it did."""
-    import json
-
-    from lakehouse.commit import find_run_snapshot
-    from lakehouse.errors import FactoryError
-
-    with _environment(settings):
-        try:
-            found = find_run_snapshot(resolve(load_catalog(settings.catalog or None), table)[0], run_id)
-        except FactoryError:
-            return None
-    return None if found is None else json.loads(found.summary["factory.inputs"])
+def printed(output: str) -> dg.MetadataValue:
+    """The command's last lines, as the run's page shows them."""
+    return dg.MetadataValue.md(f"```\n{output[-3000:]}\n```")

@@ -1,18 +1,27 @@
-"""The Dagster definitions: ``dagster dev -m orchestration.definitions``."""
+"""The Dagster definitions of a factory: ``dagster dev -m orchestration.definitions``.
+
+The factory definition is the file ``$FACTORY_DEFINITION`` names, else ``factory.toml`` in the
+working folder, else the demo's (``configs/demo-factory.toml``, whose corpus ``factory demo``
+builds). A bad file fails the code location with the same ``error`` the commands print.
+"""
 
 from __future__ import annotations
 
-import dagster as dg
+import os
+from pathlib import Path
 
-from orchestration.assets import CHAIN
-from orchestration.sensors import checkpoint_sensor, evaluate_checkpoint, raw_snapshot_sensor, refine_code
-from orchestration.settings import FactorySettings
+from orchestration.definition import load_definition
+from orchestration.graph import build_definitions
 
-factory_chain = dg.define_asset_job("factory_chain", selection=dg.AssetSelection.all(), description="the whole chain")
+DEMO = Path(__file__).resolve().parent.parent / "configs" / "demo-factory.toml"
+ENV = "FACTORY_DEFINITION"
 
-defs = dg.Definitions(
-    assets=CHAIN,
-    jobs=[factory_chain, refine_code, evaluate_checkpoint],
-    sensors=[checkpoint_sensor, raw_snapshot_sensor],
-    resources={"factory": FactorySettings()},
-)
+
+def definition_path() -> Path:
+    if os.environ.get(ENV):
+        return Path(os.environ[ENV])
+    local = Path("factory.toml")
+    return local if local.is_file() else DEMO
+
+
+defs = build_definitions(load_definition(definition_path()))

@@ -1,65 +1,133 @@
-"""The sensors that run the chain by itself.
+"""The sensors that run a factory by itself (docs/factory.md, "Running it under Dagster").
 
-- ``checkpoint_sensor`` ("eval waits for checkpoint"): one ``evaluate_checkpoint`` run (the
-  ``eval_results`` asset, `factory eval`) per new complete checkpoint of the training run.
-  A checkpoint counts once its ``COMPLETE`` marker is written, after every other file of it is
-  on disk (``trainer.checkpoint``), so a partial one is never evaluated. Never twice for a
-  step: the cursor holds the newest step requested per run folder, and each request's run key
-  is ``<run dir>:step-<N>``, which Dagster runs at most once per sensor even if the cursor were lost.
-- ``raw_snapshot_sensor`` (incremental refinement): a new snapshot of ``raw.code`` starts
-  ``refine_code``: dedup of that snapshot ``--against`` the published ``dedup.code``, then the
-  filter, which validates and publishes, then decontamination. Run key ``raw.code@<id>``.
+- One per source, every ``watch`` seconds: files that no ingest has taken in (the listing of an
+  input differs from every ingest run's) start ``<source>_refresh`` (ingest and everything
+  downstream of it); a raw snapshot that the next step has not taken in (an ingest by hand)
+  starts ``<source>_refine`` (dedup, filter, decontaminate, the gate, then the mixtures and runs).
+- ``checkpoint_sensor``, every 30 s ("eval waits for checkpoint"): each complete checkpoint of
+  each run's current folder that an eval's cadence covers starts that eval's job for it, once
+  (the cursor holds the newest step seen per folder, and each request's run key names the eval
+  and the checkpoint, which Dagster launches at most once).
+- ``experiment_sensor``, every 60 s: a declared ablation with no decision on its base, or a sweep
+  not run on its base, starts its job.
+
+Run keys come from what a request is about, so a sensor that evaluates again (after a restart,
+with its cursor lost) never starts the same work twice.
 """
 
+from __future__ import annotations
+
+import hashlib
 import json
 
 import dagster as dg
 
-from orchestration.assets import DedupConfig, EvalConfig, decontaminated_code, dedup_code, eval_results, filtered_code
-from orchestration.commands import snapshot_id
-from orchestration.settings import FactorySettings
+from lakehouse.decisions import decision_id, find_decision
+from orchestration.adoption import KIND as ABLATION, experiment_inputs, sweep_done
+from orchestration.definition import FactoryDefinition, Source
+from orchestration.layout import mixture_folder, read_current
+from orchestration.sources import ingest_run_id
+from orchestration.state import catalog, committed, head, refined_inputs
+from orchestration.training import current_run_dir, due_checkpoints
 
-evaluate_checkpoint = dg.define_asset_job(
-    "evaluate_checkpoint", selection=[eval_results], description="`factory eval` of one checkpoint"
-)
-refine_code = dg.define_asset_job(
-    "refine_code",
-    selection=[dedup_code, filtered_code, decontaminated_code],
-    description="dedup a raw snapshot against the published one, filter and publish, decontaminate",
-)
+RUNNING = dg.DefaultSensorStatus.RUNNING
 
 
-@dg.sensor(job=evaluate_checkpoint, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
-def checkpoint_sensor(context: dg.SensorEvaluationContext, factory: FactorySettings) -> dg.SensorResult:
+def source_sensor(definition: FactoryDefinition, source: Source, refresh: str, refine: str) -> dg.SensorDefinition:
+    raw = f"raw.{source.name}"
+
+    @dg.sensor(
+        name=f"{source.name}_sensor",
+        job_name=refresh,
+        minimum_interval_seconds=max(1, int(source.watch)),
+        default_status=RUNNING,
+        description=f"new files under {source.name}'s paths → {refresh}; a raw snapshot not yet refined → {refine}",
+    )
+    def watch(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        cat = catalog()
+        ids = [ingest_run_id(definition, source, n) for n in range(len(source.inputs))]
+        if not all(committed(cat, raw, i) for i in ids):
+            key = f"{source.name}:files:{hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]}"
+            return dg.SensorResult(run_requests=[dg.RunRequest(run_key=key, job_name=refresh, tags=_tags(source))])
+        snapshot = head(cat, raw)
+        steps = source.tables()
+        if len(steps) > 1 and snapshot is not None and (raw, snapshot) not in refined_inputs(cat, steps[1][1]):
+            request = dg.RunRequest(run_key=f"{source.name}:{raw}@{snapshot}", job_name=refine, tags=_tags(source))
+            return dg.SensorResult(run_requests=[request])
+        return dg.SensorResult(skip_reason=f"{source.name}: every file is ingested and {raw}@{snapshot} refined")
+
+    return watch
+
+
+def _tags(source: Source) -> dict[str, str]:
+    return {"factory/source": source.name}
+
+
+def checkpoint_sensor(definition: FactoryDefinition, eval_jobs: dict[str, tuple[str, str]]) -> dg.SensorDefinition:
+    """``eval_jobs``: eval name → (its job's name, its asset's op name)."""
     from trainer.checkpoint import complete_checkpoints
 
-    run_dir = str(factory.training_dir())
-    cursor = json.loads(context.cursor) if context.cursor else {}
-    newest = cursor.get(run_dir, -1)
-    new = [(step, path) for step, path in complete_checkpoints(factory.training_dir()) if step > newest]
-    if not new:
-        return dg.SensorResult(skip_reason=f"no complete checkpoint after step {newest} in {run_dir}")
-    requests = [
-        dg.RunRequest(
-            run_key=f"{run_dir}:step-{step}",
-            run_config=dg.RunConfig(ops={"eval_results": EvalConfig(checkpoint=str(path))}),
-            tags={"factory/checkpoint": str(path), "factory/step": str(step)},
-        )
-        for step, path in new
-    ]
-    return dg.SensorResult(run_requests=requests, cursor=json.dumps({**cursor, run_dir: new[-1][0]}))
-
-
-@dg.sensor(job=refine_code, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
-def raw_snapshot_sensor(context: dg.SensorEvaluationContext, factory: FactorySettings) -> dg.SensorResult:
-    current = snapshot_id(factory, "raw.code")
-    if current is None:
-        return dg.SensorResult(skip_reason="raw.code has no snapshot yet")
-    if context.cursor == str(current):
-        return dg.SensorResult(skip_reason=f"raw.code@{current} was already refined")
-    request = dg.RunRequest(
-        run_key=f"raw.code@{current}",
-        run_config=dg.RunConfig(ops={"dedup_code": DedupConfig(raw_snapshot=current)}),
-        tags={"factory/raw-snapshot": str(current)},
+    @dg.sensor(
+        name="checkpoint_sensor",
+        job_name=next(iter(eval_jobs.values()))[0],
+        minimum_interval_seconds=30,
+        default_status=RUNNING,
+        description="each complete checkpoint an eval's cadence covers → that eval's job, once",
     )
-    return dg.SensorResult(run_requests=[request], cursor=str(current))
+    def checkpoints(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        cursor = json.loads(context.cursor) if context.cursor else {}
+        requests = []
+        for run in definition.runs:
+            run_dir = current_run_dir(definition, run)
+            if run_dir is None:
+                continue
+            newest = cursor.get(str(run_dir), -1)
+            steps = [step for step, _ in complete_checkpoints(run_dir) if step > newest]
+            if not steps:
+                continue
+            for declared in (e for e in definition.evals.values() if run in e.runs):
+                job, op = eval_jobs[declared.name]
+                for path in due_checkpoints(declared, run_dir, after=newest):
+                    config = dg.RunConfig(ops={op: {"config": {"checkpoint": str(path)}}})
+                    requests.append(
+                        dg.RunRequest(
+                            run_key=f"{declared.name}:{path}", job_name=job, run_config=config,
+                            tags={"factory/checkpoint": str(path), "factory/eval": declared.name},
+                        )  # fmt: skip
+                    )
+            cursor[str(run_dir)] = max(steps)
+        if not requests and cursor == (json.loads(context.cursor) if context.cursor else {}):
+            return dg.SensorResult(skip_reason="no new complete checkpoint")
+        return dg.SensorResult(run_requests=requests, cursor=json.dumps(cursor, sort_keys=True))
+
+    return checkpoints
+
+
+def experiment_sensor(definition: FactoryDefinition, jobs: dict[str, str]) -> dg.SensorDefinition:
+    """``jobs``: experiment name → its job's name."""
+
+    @dg.sensor(
+        name="experiment_sensor",
+        job_name=next(iter(jobs.values())),
+        minimum_interval_seconds=60,
+        default_status=RUNNING,
+        description="a declared ablation or sweep not yet run on its base → its job",
+    )
+    def experiments(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        requests = []
+        for experiment in definition.experiments.values():
+            run = definition.runs[experiment.run]
+            if read_current(mixture_folder(definition, run.mixture)) is None:
+                continue  # its data does not exist yet: the chain's first run makes it
+            inputs = experiment_inputs(definition, experiment)
+            key = decision_id(ABLATION, experiment.name, inputs)
+            if experiment.kind == "ablation" and find_decision(catalog(), key) is not None:
+                continue
+            if experiment.kind == "sweep" and sweep_done(definition, experiment):
+                continue
+            requests.append(dg.RunRequest(run_key=f"{experiment.name}:{key}", job_name=jobs[experiment.name]))
+        if not requests:
+            return dg.SensorResult(skip_reason="every declared experiment has run on its base")
+        return dg.SensorResult(run_requests=requests)
+
+    return experiments

@@ -1,0 +1,34 @@
+"""One step at a time per subject: two Dagster runs that reach the same source's chain, gate,
+mixture or training run (two sources' sensors fire together, both runs go downstream) take turns.
+
+An exclusive ``flock`` on ``<factory folder>/locks/<name>.lock``: the kernel drops it when its
+holder dies, so a killed run never blocks the next. The second run waits, then finds the work
+done (every step is a no-op on inputs it has already taken in). This holds where Dagster's runs
+share a machine, as the default run launcher's do; a deployment that runs them on several
+machines sets a Dagster pool of the same name (docs/factory.md, "Running it under Dagster").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def exclusive(folder: Path, name: str, log=None) -> Iterator[None]:
+    """Hold the lock ``name`` under ``folder`` for the block; wait for it if another run holds it."""
+    path = folder / "locks" / f"{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if log is not None:
+                log(f"waiting for another run to finish its work on {name}")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
