@@ -49,6 +49,8 @@ COMPONENT_PREFIX = "component."
 MIXTURE_KEY = "mixture"
 _DISTRIBUTIONS = {"uniform", "loguniform", "choice", "randint"}
 _SPEC_KEYS = {"name", "config", "method", "samples", "seed", "nproc", "set", "target", "resources", "asha", "space"}
+_RESOURCE_KEYS = {"cpus", "gpus"}  # [resources] of a sweep, ablation or search spec
+_ASHA_KEYS = {"grace_period", "reduction_factor"}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\Z")
 
 
@@ -166,7 +168,7 @@ def sweep_spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
     cpus, gpus = trial_resources(data)
     asha = None
     if "asha" in data:
-        refuse_unknown_keys(data["asha"], {"grace_period", "reduction_factor"}, "[asha]")
+        refuse_unknown_keys(data["asha"], _ASHA_KEYS, "[asha]")
         asha = Asha(**data["asha"])
         _check(asha.grace_period >= 1 and asha.reduction_factor >= 2, "asha: grace_period >= 1, reduction_factor >= 2")
     overrides = data.get("set", [])
@@ -190,7 +192,7 @@ def sweep_spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
 def trial_resources(data: Mapping[str, Any]) -> tuple[float, float]:
     """The ``[resources]`` table of a sweep, ablation or search spec: (cpus, gpus) per trial."""
     resources = data.get("resources", {})
-    refuse_unknown_keys(resources, {"cpus", "gpus"}, "[resources]")
+    refuse_unknown_keys(resources, _RESOURCE_KEYS, "[resources]")
     return float(resources.get("cpus", 1.0)), float(resources.get("gpus", 0.0))
 
 

@@ -11,6 +11,7 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "ablate") -> Non
         "read from another table or snapshot) with N seeds as Ray Tune trials; print each variant's difference "
         "from the base (mean ± std over seeds) and whether it exceeds seed noise (Welch's t-test)."
     )
+    parser.epilog = "The spec's keys: docs/experiments.md#the-ablation-spec"
     parser.add_argument("spec", metavar="SPEC", help="ablation spec (TOML)")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted ablation")
     parser.add_argument("--address", metavar="ADDR", help="a Ray cluster to run on (default: Ray on this machine)")

@@ -12,10 +12,11 @@ from quality.config import load_config
 
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "filter") -> None:
+    parser.epilog = "The config's keys: docs/jobs.md#the-filter-config-key-by-key"
     parser.add_argument("--input", required=True, metavar="NS.TABLE[@REF]", help="the documents to filter")
     parser.add_argument("--output", required=True, metavar="NS.TABLE", help="table whose main becomes the result")
     parser.add_argument(
-        "--config", required=True, metavar="FILE", help="filter config (TOML); `code` or `text` for the shipped ones"
+        "--config", required=True, metavar="FILE", help="filter config (TOML); `code`, `text`, `docs`: the shipped ones"
     )
     parser.add_argument(
         "--quarantine", metavar="NS.TABLE", help="where dropped documents go (default: <namespace>.quarantine)"

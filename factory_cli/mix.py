@@ -15,6 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "mix") -> None:
         help="resolve every ref of a spec to a snapshot id and list its data files",
         description="Resolve a mixture spec (TOML or YAML) to a pinned manifest: snapshot ids, data files, "
         "record counts, row filters, held-out split and a fingerprint. The loader accepts only manifests.",
+        epilog="The spec's keys: docs/loader.md#the-mixture-spec-key-by-key",
     )
     pin.add_argument("spec", metavar="SPEC", help="mixture spec, .toml or .yaml")
     pin.add_argument("--output", "-o", required=True, metavar="MANIFEST", help="where to write the manifest (JSON)")
@@ -28,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "mix") -> None:
         "proxy on each as a Ray Tune trial, fit linear, quadratic and LightGBM regressions from the weights to the "
         "target loss (chosen by cross-validated Spearman), average the best of many candidates, and write the "
         "winning spec and a manifest whose lineage records the search.",
+        epilog="The spec's keys: docs/experiments.md#the-mixture-search-spec",
     )
     search.add_argument("spec", metavar="SPEC", help="search spec (TOML)")
     search.add_argument("--output", "-o", required=True, metavar="MANIFEST", help="the winning manifest (JSON)")

@@ -12,6 +12,7 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "sweep") -> None
         "scheduled by Ray Tune; each trial's outcome becomes a row of experiments.trials. "
         "`factory sweep report SWEEP` prints the ranked trials and writes plots."
     )
+    parser.epilog = "The spec's keys: docs/experiments.md#the-sweep-spec"
     parser.add_argument("spec", metavar="SPEC", help="sweep spec (TOML), or `report`")
     parser.add_argument("sweep", nargs="?", metavar="SWEEP", help="with `report`: the sweep id")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted sweep (finished trials stay)")

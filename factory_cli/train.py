@@ -12,6 +12,7 @@ from trainer.launch import command
 
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "train") -> None:
+    parser.epilog = "The config's keys: docs/training.md#the-config"
     parser.add_argument("--config", required=True, metavar="FILE", help="training config (TOML)")
     parser.add_argument("--nproc", type=int, default=1, help="processes (ranks) on this machine (default: 1)")
     parser.add_argument(

@@ -50,6 +50,7 @@ FILTERS: dict[str, str] = {
     "license_text": "quality.doc_filters:LicenseText",
 }
 _TOP_KEYS = {"filters", "sources", "language", "languages", "description"}
+_SKIP = "skip"  # in [languages.<lang>]: the filters not run for that language; its other keys are filters
 
 
 def filter_class(name: str) -> type:
@@ -174,12 +175,12 @@ def parse_config(doc: Mapping[str, object], *, path: str = "", sha256: str = "")
 def _override(
     lang: str, table: Mapping[str, object], filters: list[str], doc: Mapping[str, object]
 ) -> LanguageOverride:
-    skip = table.get("skip", [])
+    skip = table.get(_SKIP, [])
     if not isinstance(skip, list) or not set(skip) <= set(filters):
         raise FilterConfigError(f"languages.{lang}.skip must list filters from `filters`, got {skip!r}")
     settings = {}
     for name, values in table.items():
-        if name == "skip":
+        if name == _SKIP:
             continue
         if name not in filters:
             raise FilterConfigError(f"languages.{lang}.{name}: not a filter listed in `filters`")

@@ -1,0 +1,141 @@
+"""Every key a user's file may hold has a row in the docs, and the command that reads the file says where.
+
+The keys come from the code that reads each file (the sets it refuses unknown keys against, the
+dataclasses' fields), so a key added there without a row in its page's table fails here. A row is
+a table line whose first cell names the key in backticks; a key of a nested table is written
+dotted (`resources.cpus`, `size.min_bytes`), and a table key (`resources`) counts as documented by
+the rows of its keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from experiments import ablation, mixture_search, sweep_spec
+from mixtures import spec as mixture_spec
+from quality import config as filter_config
+from tests.conftest import REPO
+from trainer import config as train_config
+
+RESOURCES = {f"resources.{key}" for key in sweep_spec._RESOURCE_KEYS}
+
+
+def section(page: str, heading: str) -> str:
+    """The text under ``heading`` (``## The config``) in ``docs/<page>``, up to the next heading of
+    its level or above; headings inside code blocks (TOML comments) are not headings."""
+    level = len(heading) - len(heading.lstrip("#"))
+    found, lines, code = False, [], False
+    for line in (REPO / "docs" / page).read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            code = not code
+        marks = re.match(r"(#+) ", line)
+        if marks and not code:
+            if found and len(marks.group(1)) <= level:
+                break
+            if line.strip() == heading:
+                found = True
+                continue
+        if found:
+            lines.append(line)
+    assert found, f"docs/{page} has no heading {heading!r}"
+    return "\n".join(lines)
+
+
+def documented(text: str) -> set[str]:
+    """The names in backticks in the first cell of each table row."""
+    names = set()
+    for line in text.splitlines():
+        if line.startswith("|") and not set(line) <= set("|-: "):
+            names.update(re.findall(r"`([^`]+)`", line.split("|")[1]))
+    return names
+
+
+def undocumented(keys: set[str], names: set[str]) -> list[str]:
+    return sorted(k for k in keys if k not in names and not any(n.startswith(f"{k}.") for n in names))
+
+
+def anchors(page: str) -> set[str]:
+    """The anchors of ``docs/<page>``'s headings, as GitHub makes them."""
+    text = re.sub(r"^```.*?^```", "", (REPO / "docs" / page).read_text(encoding="utf-8"), flags=re.M | re.S)
+    headings = re.findall(r"^#+ (.+)$", text, flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_sweep_spec_keys_are_documented():
+    text = section("experiments.md", "## The sweep spec")
+    names = documented(text)
+    keys = sweep_spec._SPEC_KEYS | RESOURCES | {f"asha.{key}" for key in sweep_spec._ASHA_KEYS}
+    assert not undocumented(keys, names), f"docs/experiments.md#the-sweep-spec lacks {undocumented(keys, names)}"
+    missing = undocumented(sweep_spec._DISTRIBUTIONS, names)
+    assert not missing, f"docs/experiments.md#the-search-space lacks the distribution(s) {missing}"
+    forms = (sweep_spec.MIXTURE_PREFIX, sweep_spec.COMPONENT_PREFIX)
+    assert sweep_spec.MIXTURE_KEY in names and all(any(n.startswith(p) for n in names) for p in forms)
+
+
+def test_ablation_spec_keys_are_documented():
+    text = section("experiments.md", "## The ablation spec")
+    keys = ablation._SPEC_KEYS | RESOURCES
+    assert not undocumented(keys, documented(text)), f"the ablation spec lacks {undocumented(keys, documented(text))}"
+    assert sweep_spec.COMPONENT_PREFIX in text and sweep_spec.MIXTURE_PREFIX in text and ablation.SEED_KEY in text
+
+
+def test_mixture_search_spec_keys_are_documented():
+    names = documented(section("experiments.md", "## The mixture-search spec"))
+    keys = mixture_search._SPEC_KEYS | RESOURCES
+    assert not undocumented(keys, names), f"the mixture-search spec lacks {undocumented(keys, names)}"
+
+
+def test_mixture_spec_keys_are_documented():
+    names = documented(section("loader.md", "### The mixture spec, key by key"))
+    keys = mixture_spec._SPEC_KEYS | {f"components.{key}" for key in mixture_spec._COMPONENT_KEYS}
+    assert not undocumented(keys, names), f"docs/loader.md's mixture spec lacks {undocumented(keys, names)}"
+
+
+def test_filter_config_keys_are_documented():
+    names = documented(section("jobs.md", "### The filter config, key by key"))
+    keys = set(filter_config._TOP_KEYS)
+    for name in filter_config.FILTERS:
+        fields = {field.name for field in dataclasses.fields(filter_config.filter_class(name).Config)}
+        keys |= {f"{name}.{field}" for field in fields}
+        invented = {n for n in names if n.startswith(f"{name}.")} - {f"{name}.{field}" for field in fields}
+        assert not invented, f"docs/jobs.md documents keys [{name}] does not take: {sorted(invented)}"
+    assert not undocumented(keys, names), f"docs/jobs.md's filter config lacks {undocumented(keys, names)}"
+    assert any(n.startswith("languages.") and n.endswith(f".{filter_config._SKIP}") for n in names)
+
+
+def test_training_config_keys_are_documented():
+    names = documented(section("training.md", "## The config"))
+    keys = {
+        f"{section_name}.{field.name}"
+        for section_name, cls in train_config._SECTION_TYPES.items()
+        for field in dataclasses.fields(cls)
+    }
+    assert not undocumented(keys, names), f"docs/training.md#the-config lacks {undocumented(keys, names)}"
+    invented = {n for n in names if n.split(".")[0] in train_config._SECTION_TYPES} - keys
+    assert not invented, f"docs/training.md documents keys the config does not take: {sorted(invented)}"
+
+
+@pytest.mark.parametrize(
+    "argv, link",
+    [
+        (["sweep"], "experiments.md#the-sweep-spec"),
+        (["ablate"], "experiments.md#the-ablation-spec"),
+        (["mix", "search"], "experiments.md#the-mixture-search-spec"),
+        (["mix", "pin"], "loader.md#the-mixture-spec-key-by-key"),
+        (["filter"], "jobs.md#the-filter-config-key-by-key"),
+        (["train"], "training.md#the-config"),
+    ],
+)
+def test_help_names_where_the_keys_are_documented(argv, link, capsys, monkeypatch):
+    from factory_cli.main import main
+
+    monkeypatch.setenv("COLUMNS", "200")  # a narrow terminal must not split the link
+    with pytest.raises(SystemExit) as exit_status:
+        main([*argv, "--help"])
+    assert exit_status.value.code == 0
+    assert f"docs/{link}" in capsys.readouterr().out
+    page, anchor = link.split("#")
+    assert anchor in anchors(page), f"docs/{page} has no heading whose anchor is #{anchor}"
