@@ -34,7 +34,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ui": ("factory_cli.ui", "serve a read-only web UI over tables, documents, clusters, runs and lineage"),
     "gc": ("factory_cli.gc", "remove staged files of runs that never committed"),
     "compact": ("factory_cli.compact", "rewrite a table's small data files as fewer, in one replace snapshot"),
-    "demo": ("factory_cli.demo", "run the chain on the embedded default with a built-in corpus"),
+    "run": ("factory_cli.run", "materialise every asset of a factory definition once, in this process"),
+    "demo": ("factory_cli.demo", "run the demo's factory definition on a corpus every machine has"),
 }
 
 # Commands that run Spark jobs → the module their Python tasks import. Their Spark session

@@ -13,7 +13,6 @@ run's declared config is unchanged. A declared sweep runs once per spec and base
 are rows of ``experiments.trials``, and nothing is decided from them.
 """
 
-
 import hashlib
 import json
 from pathlib import Path
@@ -28,15 +27,12 @@ from lakehouse.faults import maybe_fail
 from orchestration.ablations import run_ablation
 from orchestration.commands import run_factory
 from orchestration.definition import Experiment, FactoryDefinition, Run
+from orchestration.keys import TOKENIZER, experiment_key, mixture_key
 from orchestration.layout import experiment_folder, mixture_folder, read_current, tokenizer_path
 from orchestration.locks import exclusive
 from orchestration.state import catalog
 
 KIND = "ablation"
-
-
-def experiment_key(name: str) -> dg.AssetKey:
-    return dg.AssetKey(["experiment", name])
 
 
 def experiment_inputs(definition: FactoryDefinition, experiment: Experiment) -> dict[str, Any]:
@@ -63,7 +59,6 @@ def adopted_overrides(definition: FactoryDefinition, run: Run) -> tuple[list[str
 
 def experiment_asset(definition: FactoryDefinition, experiment: Experiment) -> dg.AssetsDefinition:
     run = definition.runs[experiment.run]
-    from orchestration.training import TOKENIZER, mixture_key
 
     @dg.asset(
         key=experiment_key(experiment.name),

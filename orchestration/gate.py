@@ -12,7 +12,6 @@ compare it with, and every snapshot when the gate is off, are promoted without a
 each promotion and refusal is a row of ``factory.decisions``, recorded before the tag moves.
 """
 
-
 from typing import Any
 
 import dagster as dg
@@ -24,6 +23,7 @@ from lakehouse.publish import move_tag
 from lakehouse.refs import parse_identifier
 from orchestration.ablations import run_ablation
 from orchestration.definition import FactoryDefinition, Gate, Heldout, Source
+from orchestration.keys import production_key
 from orchestration.manifests import Pinned, pin_mixture
 from orchestration.state import PRODUCTION, catalog, head, tagged
 
@@ -34,7 +34,7 @@ def production_asset(definition: FactoryDefinition, source: Source, upstream: dg
     table = source.final_table
 
     @dg.asset(
-        key=dg.AssetKey([source.name, "production"]),
+        key=production_key(source.name),
         deps=[upstream],
         group_name=source.name,
         kinds={"iceberg"},
@@ -97,7 +97,9 @@ def _decide(
         return decision("promoted", f"{table}@{candidate} is the first snapshot: there is nothing to compare it with")
     if not policy.enabled:
         return decision("promoted", "the refinement gate is off: every new refined snapshot is promoted")
-    outcome = run_ablation(context, _ablation_spec(context, definition, source, current, candidate), _folder(definition, source))
+    outcome = run_ablation(
+        context, _ablation_spec(context, definition, source, current, candidate), _folder(definition, source)
+    )
     evidence = {**outcome.evidence("candidate"), "mode": policy.promote, "metric": _target(policy, source)}
     difference, p = evidence["difference"], evidence["p_value"]
     beyond = outcome.reports[1].exceeds_noise
@@ -130,7 +132,11 @@ def _ablation_spec(
         "seeds": policy.seeds,
         "alpha": policy.alpha,
         "nproc": policy.nproc,
-        "set": [*policy.set, f"data.manifest={toml_literal(str(base))}", f"data.tokenizer={toml_literal(str(tokenizer))}"],
+        "set": [
+            *policy.set,
+            f"data.manifest={toml_literal(str(base))}",
+            f"data.tokenizer={toml_literal(str(tokenizer))}",
+        ],
         "target": _target(policy, source),
         "variants": {"candidate": {f"component.{source.name}": f"{table}@{candidate}"}},
     }

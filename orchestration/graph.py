@@ -12,19 +12,13 @@ from __future__ import annotations
 
 import dagster as dg
 
-from orchestration.adoption import experiment_asset, experiment_key
+from orchestration.adoption import experiment_asset
 from orchestration.commands import CommandRunner, SubprocessRunner
 from orchestration.definition import FactoryDefinition
+from orchestration.keys import evals_key, experiment_key, step_key
 from orchestration.sensors import checkpoint_sensor, experiment_sensor, source_sensor
-from orchestration.sources import asset_key, source_assets
-from orchestration.training import (
-    checkpoints_asset,
-    evals_asset,
-    evals_key,
-    mixture_asset,
-    run_asset,
-    tokenizer_asset,
-)
+from orchestration.sources import source_assets
+from orchestration.training import checkpoints_asset, evals_asset, mixture_asset, run_asset, tokenizer_asset
 
 
 def build_assets(definition: FactoryDefinition) -> list[dg.AssetsDefinition]:
@@ -50,13 +44,13 @@ def build_definitions(definition: FactoryDefinition, runner: CommandRunner | Non
         steps = [step for step, _ in source.tables()] + ["production"]
         refresh = dg.define_asset_job(
             f"{source.name}_refresh",
-            selection=dg.AssetSelection.assets(asset_key(source.name, "raw")).downstream() - later,
+            selection=dg.AssetSelection.assets(step_key(source.name, "raw")).downstream() - later,
             description=f"ingest {source.name}'s new files, refine them, gate, then mix and train",
             tags={"factory/source": source.name},
         )
         refine = dg.define_asset_job(
             f"{source.name}_refine",
-            selection=dg.AssetSelection.assets(asset_key(source.name, steps[1])).downstream() - later,
+            selection=dg.AssetSelection.assets(step_key(source.name, steps[1])).downstream() - later,
             description=f"refine {source.name}'s newest raw snapshot, gate, then mix and train",
             tags={"factory/source": source.name},
         )

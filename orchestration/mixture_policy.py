@@ -51,8 +51,10 @@ def determine(
     inputs["keep"] = keep
     row = find_decision(catalog(), decision_id(KIND, mixture.name, inputs))
     if row is None:
-        row = _keep(context, definition, mixture, pinned, previous, inputs) if keep else _search(
-            context, definition, mixture, pinned, previous, inputs
+        row = (
+            _keep(context, definition, mixture, pinned, previous, inputs)
+            if keep
+            else _search(context, definition, mixture, pinned, previous, inputs)
         )
         maybe_fail("mixture-before-record")
         record_decision(catalog(), row)

@@ -23,7 +23,8 @@ import json
 import dagster as dg
 
 from lakehouse.decisions import decision_id, find_decision
-from orchestration.adoption import KIND as ABLATION, experiment_inputs, sweep_done
+from orchestration.adoption import KIND as ABLATION
+from orchestration.adoption import experiment_inputs, sweep_done
 from orchestration.definition import FactoryDefinition, Source
 from orchestration.layout import mixture_folder, read_current
 from orchestration.sources import ingest_run_id
@@ -91,9 +92,11 @@ def checkpoint_sensor(definition: FactoryDefinition, eval_jobs: dict[str, tuple[
                     config = dg.RunConfig(ops={op: {"config": {"checkpoint": str(path)}}})
                     requests.append(
                         dg.RunRequest(
-                            run_key=f"{declared.name}:{path}", job_name=job, run_config=config,
+                            run_key=f"{declared.name}:{path}",
+                            job_name=job,
+                            run_config=config,
                             tags={"factory/checkpoint": str(path), "factory/eval": declared.name},
-                        )  # fmt: skip
+                        )
                     )
             cursor[str(run_dir)] = max(steps)
         if not requests and cursor == (json.loads(context.cursor) if context.cursor else {}):

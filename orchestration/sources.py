@@ -8,7 +8,6 @@ The last step, ``production``, is the refinement gate (``orchestration.gate``): 
 the chain's newest snapshot becomes the one training reads.
 """
 
-
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,11 +15,8 @@ import dagster as dg
 
 from orchestration.commands import printed, run_factory, run_id
 from orchestration.definition import FactoryDefinition, Source, SourceInput
+from orchestration.keys import step_key
 from orchestration.state import catalog, committed, head, refined_inputs
-
-
-def asset_key(source: str, step: str) -> dg.AssetKey:
-    return dg.AssetKey([source, step])
 
 
 def source_assets(definition: FactoryDefinition, source: Source) -> list[dg.AssetsDefinition]:
@@ -32,7 +28,7 @@ def source_assets(definition: FactoryDefinition, source: Source) -> list[dg.Asse
     for (step, table), (previous, upstream) in zip(steps[1:], steps[:-1], strict=True):
         build = {"dedup": _dedup_argv, "filtered": _filter_argv, "decontaminated": _decontaminate_argv}[step]
         made.append(_refine_asset(definition, source, (previous, upstream), (step, table), build))
-    made.append(production_asset(definition, source, asset_key(source.name, steps[-1][0])))
+    made.append(production_asset(definition, source, step_key(source.name, steps[-1][0])))
     return made
 
 
@@ -40,7 +36,7 @@ def _raw_asset(definition: FactoryDefinition, source: Source) -> dg.AssetsDefini
     table = f"raw.{source.name}"
 
     @dg.asset(
-        key=asset_key(source.name, "raw"),
+        key=step_key(source.name, "raw"),
         group_name=source.name,
         kinds={"iceberg", "spark"},
         required_resource_keys={"commands"},
@@ -70,7 +66,16 @@ def ingest_run_id(definition: FactoryDefinition, source: Source, n: int) -> str:
 
 
 def ingest_argv(source: Source, given: SourceInput) -> list[str]:
-    argv = ["ingest", "--source", source.name, "--format", source.format, *given.paths, "--output", f"raw.{source.name}"]
+    argv = [
+        "ingest",
+        "--source",
+        source.name,
+        "--format",
+        source.format,
+        *given.paths,
+        "--output",
+        f"raw.{source.name}",
+    ]
     argv += [a for pattern in given.include for a in ("--include", pattern)]
     argv += [a for pattern in given.exclude for a in ("--exclude", pattern)]
     return argv + _flags(source.record_options)
@@ -82,8 +87,8 @@ def _refine_asset(
     (previous, upstream), (step, table) = before, this
 
     @dg.asset(
-        key=asset_key(source.name, step),
-        deps=[asset_key(source.name, previous)],
+        key=step_key(source.name, step),
+        deps=[step_key(source.name, previous)],
         group_name=source.name,
         kinds={"iceberg", "spark"},
         required_resource_keys={"commands"},

@@ -10,7 +10,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import ancestors_of
 
 from lakehouse.catalog import load_catalog
-from lakehouse.commit import find_run_snapshot
+from lakehouse.commit import find_run_snapshot, summary_properties
 from lakehouse.refs import parse_identifier
 
 PRODUCTION = "production"  # the tag on a source's final table that training reads
@@ -54,7 +54,7 @@ def refined_inputs(cat: Catalog, table: str) -> set[tuple[str, int]]:
         return set()
     found = set()
     for snapshot in ancestors_of(loaded.current_snapshot(), loaded.metadata):
-        for item in json.loads((snapshot.summary or {}).get("factory.inputs", "[]")):
+        for item in json.loads(summary_properties(snapshot).get("factory.inputs", "[]")):
             if isinstance(item, dict) and item.get("role") != "against" and "snapshot_id" in item:
                 found.add((item["table"], int(item["snapshot_id"])))
     return found

@@ -8,7 +8,6 @@ and the same ones resume it (a finished run: nothing to do). A run in progress i
 its folder keeps the config it started with.
 """
 
-
 import hashlib
 import json
 from pathlib import Path
@@ -21,34 +20,14 @@ from lakehouse.local_files import write_atomically
 from orchestration.adoption import adopted_overrides
 from orchestration.commands import run_factory
 from orchestration.definition import Eval, FactoryDefinition, Mixture, Run
+from orchestration.keys import TOKENIZER, checkpoints_key, evals_key, mixture_key, production_key, run_key
 from orchestration.layout import mixture_folder, read_current, run_folder, tokenizer_path, write_current
 from orchestration.locks import exclusive
 from orchestration.manifests import Pinned, fingerprint_of, pin_mixture
 from orchestration.mixture_policy import determine
 from orchestration.state import PRODUCTION, catalog, tagged
 
-TOKENIZER = dg.AssetKey(["tokenizer"])
 GROUP = "training"
-
-
-def mixture_key(name: str) -> dg.AssetKey:
-    return dg.AssetKey(["mixture", name])
-
-
-def run_key(name: str) -> dg.AssetKey:
-    return dg.AssetKey(["run", name])
-
-
-def checkpoints_key(name: str) -> dg.AssetKey:
-    return dg.AssetKey(["checkpoints", name])
-
-
-def evals_key(name: str) -> dg.AssetKey:
-    return dg.AssetKey(["evals", name])
-
-
-def production_key(source: str) -> dg.AssetKey:
-    return dg.AssetKey([source, "production"])
 
 
 def production_snapshots(definition: FactoryDefinition, names: tuple[str, ...]) -> list[Pinned]:

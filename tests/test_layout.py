@@ -18,8 +18,8 @@ FLOORS = [
     ["pipelines", "streaming_loader"],
     ["trainer"],
     ["evals", "experiments", "ui"],
-    ["factory_cli"],
     ["orchestration"],
+    ["factory_cli"],
 ]
 FLOOR_OF = {package: level for level, packages in enumerate(FLOORS) for package in packages}
 

@@ -5,7 +5,7 @@
     (cd OTHER-CHECKOUT && FACTORY_HOME=/tmp/demo-files PYTHONPATH=$PWD python .../demo_text.py before)
 
 The text corpora of ``factory demo`` (licence texts and package documentation) are ingested and
-deduplicated once; then the demo's text filter (``factory_cli.demo.DEMO_FILTER_CONFIGS``) runs on
+deduplicated once; then the demo's text filter (the demo definition's ``sources.text.filter``) runs on
 ``dedup.text`` into ``<NAME>.text``, with whichever code is on ``PYTHONPATH``, so two versions of
 the code filter the same pinned input. Prints every table's data files and records (JSON).
 """
@@ -17,8 +17,9 @@ import sys
 
 
 def main() -> int:
-    from factory_cli.demo import DEMO_FILTER_CONFIGS, demo_corpora
-    from lakehouse.catalog import load_catalog
+    from factory_cli.demo import DEFINITION, build_corpus
+    from lakehouse.catalog import factory_home, load_catalog
+    from orchestration.definition import load_definition
     from pipelines.dedup import DedupOptions, dedup
     from pipelines.filter import FilterOptions, filter_documents
     from pipelines.ingest import IngestOptions, ingest
@@ -28,16 +29,16 @@ def main() -> int:
     stage = sys.argv[1] if len(sys.argv) > 1 else "after"
     spark = get_spark("demo-text-files")
     catalog = load_catalog()
+    build_corpus(factory_home() / "demo" / "corpus")
+    text = load_definition(DEFINITION).sources["text"]
     if stage == "prepare":
-        for corpus in demo_corpora():
-            if corpus.source == "text":
-                records = RecordConfig(source=corpus.source)
-                opts = IngestOptions([corpus.path], "files", corpus.table, records, include=corpus.include,
-                                     exclude=corpus.exclude)  # fmt: skip
-                ingest(spark, catalog, opts)
+        for given in text.inputs:
+            opts = IngestOptions(list(given.paths), "files", "raw.text", RecordConfig(source="text"),
+                                 include=given.include, exclude=given.exclude)  # fmt: skip
+            ingest(spark, catalog, opts)
         dedup(spark, catalog, DedupOptions(inputs=["raw.text"], output="dedup.text"))
     else:
-        filter_documents(spark, catalog, FilterOptions("dedup.text", f"{stage}.text", DEMO_FILTER_CONFIGS["text"]))
+        filter_documents(spark, catalog, FilterOptions("dedup.text", f"{stage}.text", text.filter))
     found = {}
     for namespace in catalog.list_namespaces():
         for identifier in catalog.list_tables(namespace):

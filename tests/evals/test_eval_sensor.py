@@ -10,9 +10,10 @@ import dagster as dg
 import pytest
 
 from evals.results import checkpoint_results
-from orchestration.definitions import defs
-from orchestration.sensors import checkpoint_sensor
-from orchestration.settings import FactorySettings
+from orchestration.definition import load_definition
+from orchestration.graph import build_definitions
+from orchestration.layout import run_folder, write_current
+from tests.orchestration.definitions import two_sources
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -20,14 +21,15 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow]
 def test_a_sensor_triggered_eval_lands_its_rows_in_evals_results(trained_run, catalog, tmp_path, monkeypatch):
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster-home"))
     (tmp_path / "dagster-home").mkdir()
-    resources = {"factory": FactorySettings(run_dir=str(trained_run.run_dir), eval_suites=["heldout"])}
+    definition = load_definition(two_sources(tmp_path / "factory"))
+    write_current(run_folder(definition, "small"), {"run_dir": str(trained_run.run_dir)})
+    defs = build_definitions(definition)
+    sensor = next(s for s in defs.sensors if s.name == "checkpoint_sensor")
     with dg.DagsterInstance.ephemeral() as instance:
-        tick = checkpoint_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+        tick = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
         (request,) = tick.run_requests
-        job = defs.resolve_job_def("evaluate_checkpoint")
-        run = job.execute_in_process(
-            run_config=request.run_config, instance=instance, resources=resources, tags=request.tags
-        )
+        job = defs.resolve_job_def(request.job_name)
+        run = job.execute_in_process(run_config=request.run_config, instance=instance, tags=request.tags)
         assert run.success
         rows = checkpoint_results(catalog, str(trained_run.checkpoint))
         assert sorted(r["metric"] for r in rows) == ["loss/code", "loss/text"]
@@ -35,5 +37,5 @@ def test_a_sensor_triggered_eval_lands_its_rows_in_evals_results(trained_run, ca
 
         # The sensor asks no more (that a second eval of it would commit nothing is factory eval's
         # own guarantee: test_eval.py).
-        again = dg.build_sensor_context(instance=instance, cursor=tick.cursor, resources=resources)
-        assert not checkpoint_sensor(again).run_requests
+        again = dg.build_sensor_context(instance=instance, cursor=tick.cursor, definitions=defs)
+        assert not sensor(again).run_requests

@@ -1,0 +1,139 @@
+"""``factory run FILE``: materialise every asset of a factory definition once, in this process.
+
+The same Dagster graph `dagster dev -m orchestration.definitions` shows (docs/factory.md), run
+here by Dagster's in-process executor: each asset's `factory` command is called in this process,
+so the Spark jobs share one session. Every step is a no-op on inputs it has taken in before, so
+running a definition again does only what is new.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import sys
+from collections.abc import Callable, Sequence
+
+from lakehouse.errors import ConfigError, FactoryError
+
+DOCS = "docs/factory.md"
+
+
+def add_arguments(parser: argparse.ArgumentParser, _name: str = "run") -> None:
+    parser.description = (
+        "Materialise every asset of a factory definition once, in this process: ingest and refine each source, "
+        "gate, train the tokenizer, pin or search each mixture, train each run, evaluate, run the declared "
+        "experiments. The same graph `dagster dev -m orchestration.definitions` shows."
+    )
+    parser.epilog = f"The definition's keys: {DOCS}#the-definition-key-by-key"
+    parser.add_argument("definition", metavar="FILE", help="the factory definition (TOML), e.g. factory.toml")
+    parser.add_argument(
+        "--select", nargs="+", metavar="KEY", default=None,
+        help="only these assets and what they need upstream, e.g. code/production mixture/main (default: all)",
+    )  # fmt: skip
+    parser.add_argument("--list", action="store_true", help="list the assets and exit")
+
+
+def run(args: argparse.Namespace) -> int:
+    from orchestration.definition import load_definition
+
+    definition = load_definition(args.definition)
+    if args.list:
+        from orchestration.graph import build_assets
+
+        for asset in build_assets(definition):
+            for key in asset.keys:
+                print(f"{key.to_user_string():<32} {asset.descriptions_by_key.get(key, '').splitlines()[0]}")
+        return 0
+    materialise(definition, args.select)
+    return 0
+
+
+def materialise(definition, select: Sequence[str] | None = None) -> None:
+    """Every asset (or ``select`` and what it needs) once, in process; ``FactoryError`` naming the
+    first step that failed and its error."""
+    import dagster as dg
+
+    from orchestration.graph import build_definitions
+
+    defs = build_definitions(definition, runner=InProcessRunner())
+    assets = list(defs.assets)
+    selection = None
+    if select:
+        known = {k.to_user_string() for a in assets for k in a.keys}
+        unknown = sorted(set(select) - known)
+        if unknown:
+            raise ConfigError(f"--select: unknown asset(s) {', '.join(unknown)}; `factory run FILE --list` lists them")
+        selection = dg.AssetSelection.assets(*[dg.AssetKey.from_user_string(s) for s in select]).upstream()
+    with _instance() as instance:
+        result = dg.materialize(
+            assets,
+            instance=instance,
+            resources=defs.resources,
+            selection=selection,
+            raise_on_error=False,
+            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+        )
+    if not result.success:
+        failures = result.get_step_failure_events()
+        if not failures:
+            raise FactoryError("the factory's run failed before any step ran (see the log above)")
+        first = failures[0]
+        raise FactoryError(f"step {first.step_key} failed: {_cause(first.step_failure_data.error)}")
+
+
+def _cause(error) -> str:
+    """The innermost error's message (Dagster wraps a step's own error in its execution error)."""
+    if error is None:
+        return "failed"
+    while error.cause is not None:
+        error = error.cause
+    message = error.message.strip().splitlines()[0] if error.message.strip() else error.cls_name
+    return message.split(": ", 1)[1] if message.startswith(("dagster.", f"{error.cls_name}:")) else message
+
+
+@contextlib.contextmanager
+def _instance():
+    """Dagster's instance under ``$DAGSTER_HOME`` when it is set (runs then show in its UI), else a
+    throwaway one."""
+    import os
+
+    import dagster as dg
+
+    if os.environ.get("DAGSTER_HOME"):
+        with dg.DagsterInstance.get() as instance:
+            yield instance
+    else:
+        with dg.DagsterInstance.ephemeral() as instance:
+            yield instance
+
+
+class InProcessRunner:
+    """Runs a `factory` command in this process (``main.run_command``), its output shown as it is
+    printed and kept for Dagster's log and error message."""
+
+    def __call__(self, argv: Sequence[str], log: Callable[[str], None]) -> tuple[int, str]:
+        from factory_cli.main import run_command
+
+        print(f"\n· factory {' '.join(argv)}", flush=True)
+        kept = io.StringIO()
+        with contextlib.redirect_stdout(_Tee(sys.stdout, kept)), contextlib.redirect_stderr(_Tee(sys.stderr, kept)):
+            try:
+                code = run_command(argv[0], list(argv[1:]))
+            except SystemExit as exc:  # argparse refused the arguments
+                code = exc.code if isinstance(exc.code, int) else 2
+        return code, kept.getvalue()
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self, *streams) -> None:
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for stream in self.streams:
+            stream.flush()

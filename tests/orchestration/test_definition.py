@@ -1,0 +1,105 @@
+"""A factory definition is read as strictly as the other configs, and gives Dagster a graph with
+each source's own assets: nothing named after the demo."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from lakehouse.errors import ConfigError
+from orchestration.definition import load_definition
+from orchestration.graph import build_definitions
+from tests.conftest import REPO, run_factory
+from tests.orchestration.definitions import two_sources
+
+
+def keys(definition) -> set[str]:
+    return {k.to_user_string() for k in build_definitions(definition).resolve_all_asset_keys()}
+
+
+def test_a_two_source_file_gives_each_source_its_own_chain(tmp_path):
+    definition = load_definition(two_sources(tmp_path))
+    found = keys(definition)
+    assert {"code/raw", "code/dedup", "code/filtered", "code/decontaminated", "code/production"} <= found
+    assert {"notes/raw", "notes/filtered", "notes/production"} <= found
+    assert "notes/dedup" not in found  # dedup = false
+    assert {"tokenizer", "mixture/both", "run/small", "checkpoints/small", "evals/loss"} <= found
+    assert not [k for k in found if "demo" in k]
+    defs = build_definitions(definition)
+    assert {j.name for j in defs.jobs} >= {"code_refresh", "code_refine", "notes_refresh", "evaluate_loss"}
+    assert {s.name for s in defs.sensors} == {"code_sensor", "notes_sensor", "checkpoint_sensor"}
+    assert definition.sources["code"].final_table == "decontaminated.code"
+    assert definition.sources["notes"].final_table == "filtered.notes"
+
+
+def test_the_shipped_definitions_load(tmp_path, monkeypatch):
+    monkeypatch.setenv("DATA_ROOT", str(tmp_path))
+    demo = load_definition(REPO / "configs" / "demo-factory.toml")
+    assert demo.sources["text"].inputs[1].include == ("copyright", "*.txt", "*.md", "README")
+    example = load_definition(REPO / "configs" / "example-factory.toml")
+    assert set(example.sources) == {"web", "code", "papers"} and example.mixtures["main"].search["trials"] == 32
+    assert example.sources["code"].inputs[0].paths == (f"{tmp_path}/repos",)
+    assert not [k for k in keys(example) if "demo" in k]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("[tokenizer]", "[tokenizer]\nvocab = 300"), r"tokenizer: unknown key\(s\) vocab"),
+        (('format = "jsonl"', 'format = "jsonl"\nformt = 1'), r"sources\.notes: unknown key\(s\) formt"),
+        (("code = 0.5, notes", "code = 0.5, web"), r"mixtures\.both\.weights: unknown source\(s\) web"),
+        (('mixture = "both"', 'mixture = "other"'), r"runs\.small\.mixture: unknown mixture\(s\) other"),
+        (('"train.steps=4"', '"train.stepz=4"'), r"runs\.small\.config: .*unknown key\(s\) stepz"),
+        (('filter = "docs"', 'filter = "nope"'), r"sources\.notes\.filter: "),
+        (('decontaminate = ["humaneval"]', 'decontaminate = ["mbpp"]'), r"unknown eval set\(s\) mbpp"),
+        (('paths = ["notes"]', 'paths = ["${NO_SUCH_VARIABLE}/notes"]'), r"\$\{NO_SUCH_VARIABLE\} is not set"),
+        (('name = "team"', 'name = "Team-1"'), r"^.*: name: give a name"),
+        (('suites = ["heldout"]', 'suites = ["heldout", "mmlu"]'), r"evals\.loss\.suites: unknown suite\(s\) mmlu"),
+        (("dedup = false", "dedup = { threshold = 2.0 }"), r"sources\.notes\.dedup: threshold must be between"),
+    ],
+)
+def test_bad_keys_and_references_are_refused_naming_the_key_and_the_file(tmp_path, edit, message):
+    path = two_sources(tmp_path)
+    old, new = edit
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(ConfigError, match=message) as raised:
+        load_definition(path)
+    assert str(raised.value).startswith(str(path))
+
+
+def test_experiments_and_policies_are_checked_by_their_own_specs(tmp_path):
+    gate = """
+[policies.refinement_gate]
+enabled = true
+"""
+    with pytest.raises(ConfigError, match=r"policies\.refinement_gate\.config: give the proxies' training config"):
+        load_definition(two_sources(tmp_path, gate=gate))
+    ablation = """
+[experiments.ablations.lr]
+run = "small"
+seeds = 1
+variants = { low = { "optim.lr" = 0.001 } }
+"""
+    with pytest.raises(ConfigError, match=r"experiments\.ablations\.lr: seeds must be an integer >= 2"):
+        load_definition(two_sources(tmp_path, extra=ablation))
+    search = """
+[mixtures.searched]
+components = ["code", "notes"]
+search = { config = "%s", trials = 3 }
+""" % (REPO / "configs" / "demo-train.toml")
+    with pytest.raises(ConfigError, match=r"mixtures\.searched\.search: trials must be an integer >= 6"):
+        load_definition(two_sources(tmp_path, extra=search))
+
+
+def test_factory_run_refuses_a_bad_file_with_exit_2(tmp_path):
+    path = two_sources(tmp_path)
+    path.write_text(path.read_text().replace("[tokenizer]", "[tokenizer]\nvocab = 300"))
+    result = run_factory("run", str(path))
+    assert result.returncode == 2, result.stderr
+    assert re.search(rf"^error: {re.escape(str(path))}: tokenizer: unknown key\(s\) vocab", result.stderr, re.M)
+    listed = run_factory("run", str(two_sources(tmp_path / "ok")), "--list")
+    assert listed.returncode == 0, listed.stderr
+    assert "code/production" in listed.stdout and "evals/loss" in listed.stdout
