@@ -74,6 +74,9 @@ def materialise(definition, select: Sequence[str] | None = None) -> None:
             raise_on_error=False,
             run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
         )
+    skipped = [e.step_key for e in result.all_events if e.event_type_value == "STEP_SKIPPED"]
+    if skipped:
+        print(f"\nnot run, waiting for what they need (see the warnings above): {', '.join(skipped)}", flush=True)
     if not result.success:
         failures = result.get_step_failure_events()
         if not failures:

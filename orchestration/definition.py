@@ -26,8 +26,9 @@ from lakehouse.catalog import factory_home
 from lakehouse.config_keys import refuse_unknown_keys
 from lakehouse.errors import ConfigError, FactoryError
 
-# Names become Iceberg table names and Dagster asset keys: lower-case letters, digits, '_'.
-_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}\Z")
+# Names become Iceberg table names, Dagster asset keys and (with a prefix) spec names of at most 64
+# characters: lower-case letters, digits, "_", at most 48.
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,47}\Z")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 FORMATS = ("files", "jsonl", "parquet")
 CADENCES = ("checkpoint", "final")
@@ -261,7 +262,7 @@ def _source(name: str, data: Any, base: Path) -> Source:
         inputs=inputs,
         record_options=record_options,
         dedup=_dedup(data.get("dedup", {}), f"{key}.dedup"),
-        filter=_filter(data.get("filter"), f"{key}.filter", base),
+        filter=_filter(data.get("filter"), f"{key}.filter", base, name),
         decontaminate=suites,
         ngram=ngram,
         watch=float(watch),
@@ -311,7 +312,7 @@ def _check_dedup_values(data: Mapping[str, Any], key: str) -> None:
         raise ConfigError(f"{key}: {exc}") from None
 
 
-def _filter(value: Any, key: str, base: Path) -> str | None:
+def _filter(value: Any, key: str, base: Path, source: str) -> str | None:
     if value is None or value is False:
         return None
     _require(isinstance(value, str) and value, key, "a shipped filter config (code, text, docs) or a TOML path")
@@ -319,11 +320,18 @@ def _filter(value: Any, key: str, base: Path) -> str | None:
 
     name = str((base / value).resolve()) if value.endswith(".toml") or "/" in value else value
     try:
-        load_config(name)
+        config = load_config(name)
     except FactoryError as exc:
         raise ConfigError(f"{key}: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{key}: cannot read {name}: {exc.strerror or exc}") from None
+    # The filter job validates every kept document's `source` against the config's (it is the
+    # source's name): a mismatch would fail every run, so it is refused here.
+    _check(
+        not config.sources or source in config.sources,
+        f"{key}: the filter config {value} takes documents of source(s) {', '.join(config.sources)}, not {source!r}; "
+        "name the source so, or copy the config and add it to its `sources`",
+    )
     return name
 
 
@@ -576,7 +584,7 @@ def _check_refs(names: tuple[str, ...], declared: Mapping[str, Any], key: str, w
 
 def _check_name(name: str, key: str) -> None:
     _check(
-        bool(_NAME.match(name)), f"{key}: the name {name!r} must be lower-case letters, digits and '_', a letter first"
+        bool(_NAME.match(name)), f"{key}: the name {name!r} must be lower-case letters, digits and '_', a letter first, at most 48 characters"
     )
 
 

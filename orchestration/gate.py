@@ -24,6 +24,7 @@ from lakehouse.refs import parse_identifier
 from orchestration.ablations import run_ablation
 from orchestration.definition import FactoryDefinition, Gate, Heldout, Source
 from orchestration.keys import production_key
+from orchestration.layout import tokenizer_path
 from orchestration.manifests import Pinned, pin_mixture
 from orchestration.state import PRODUCTION, catalog, head, tagged
 
@@ -118,7 +119,7 @@ def _ablation_spec(
 ) -> dict[str, Any]:
     """Base: the proxy on the source's production snapshot; variant: the same on the candidate."""
     policy = definition.policies.refinement_gate
-    tokenizer = definition.folder() / "tokenizer.json"
+    tokenizer = tokenizer_path(definition)
     if not tokenizer.is_file():
         raise dg.Failure(f"the gate needs the factory's tokenizer ({tokenizer}); materialise `tokenizer` first")
     table = source.final_table

@@ -30,15 +30,16 @@ from orchestration.state import PRODUCTION, catalog, tagged
 GROUP = "training"
 
 
-def production_snapshots(definition: FactoryDefinition, names: tuple[str, ...]) -> list[Pinned]:
-    """Each named source's final table pinned at its ``production`` tag."""
+def production_snapshots(definition: FactoryDefinition, names: tuple[str, ...]) -> list[Pinned] | str:
+    """Each named source's final table pinned at its ``production`` tag; or why not all can be:
+    a source whose first snapshot is still being refined has none yet."""
     cat = catalog()
     pinned = []
     for name in names:
         table = definition.sources[name].final_table
         snapshot = tagged(cat, table)
         if snapshot is None:
-            raise dg.Failure(f"{table} has no {PRODUCTION} snapshot yet: materialise {name}/production first")
+            return f"{table} has no {PRODUCTION} snapshot yet (its first is still being refined)"
         pinned.append(Pinned(name, table, snapshot))
     return pinned
 
@@ -49,6 +50,7 @@ def tokenizer_asset(definition: FactoryDefinition) -> dg.AssetsDefinition:
 
     @dg.asset(
         key=TOKENIZER,
+        output_required=False,
         deps=[production_key(n) for n in names],
         group_name=GROUP,
         kinds={"json"},
@@ -56,15 +58,19 @@ def tokenizer_asset(definition: FactoryDefinition) -> dg.AssetsDefinition:
         description="a byte-level BPE tokenizer trained once on the sources' production snapshots "
         "(`factory tokenizer train`); kept while its settings stay, so runs stay comparable",
     )
-    def tokenizer(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    def tokenizer(context: dg.AssetExecutionContext):
         path = tokenizer_path(definition)
-        refs = [p.ref for p in production_snapshots(definition, names)]
+        pinned = production_snapshots(definition, names)
+        if isinstance(pinned, str) and not path.is_file():
+            context.log.warning("the tokenizer waits, and what needs it: %s", pinned)
+            return
+        refs = [] if isinstance(pinned, str) else [p.ref for p in pinned]
         with exclusive(definition.folder(), "tokenizer", context.log.info):
             if not path.is_file():
                 argv = ["tokenizer", "train", "--input", *refs, "--vocab-size", str(settings.vocab_size)]
                 argv += ["--max-bytes", str(settings.max_bytes), "--min-frequency", str(settings.min_frequency)]
                 run_factory(context, [*argv, "--output", str(path)])
-        return dg.MaterializeResult(metadata={"path": str(path), "trained_on": _trained_on(path)})
+        yield dg.MaterializeResult(metadata={"path": str(path), "trained_on": _trained_on(path)})
 
     return tokenizer
 
@@ -79,6 +85,7 @@ def mixture_asset(definition: FactoryDefinition, mixture: Mixture) -> dg.AssetsD
 
     @dg.asset(
         key=mixture_key(mixture.name),
+        output_required=False,
         deps=deps,
         group_name=GROUP,
         kinds={"json"},
@@ -89,8 +96,11 @@ def mixture_asset(definition: FactoryDefinition, mixture: Mixture) -> dg.AssetsD
             else "the mixture's weights found by `factory mix search`, searched again when a component changes"
         ),
     )
-    def mix(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    def mix(context: dg.AssetExecutionContext):
         pinned = production_snapshots(definition, mixture.components)
+        if isinstance(pinned, str):
+            context.log.warning("mixture %s waits, and the runs on it: %s", mixture.name, pinned)
+            return
         folder = mixture_folder(definition, mixture.name)
         with exclusive(definition.folder(), f"mixture-{mixture.name}", context.log.info):
             if mixture.weights is not None:
@@ -102,7 +112,7 @@ def mixture_asset(definition: FactoryDefinition, mixture: Mixture) -> dg.AssetsD
             else:
                 record = determine(context, definition, mixture, pinned)
             write_current(folder, record)
-        return dg.MaterializeResult(metadata={k: str(v) for k, v in record.items()})
+        yield dg.MaterializeResult(metadata={k: str(v) for k, v in record.items()})
 
     return mix
 

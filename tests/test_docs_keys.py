@@ -118,6 +118,31 @@ def test_training_config_keys_are_documented():
     assert not invented, f"docs/training.md documents keys the config does not take: {sorted(invented)}"
 
 
+def test_factory_definition_keys_are_documented():
+    from orchestration import definition
+
+    names = documented(section("factory.md", "## The definition, key by key"))
+    prefixed = {
+        "sources": definition._SOURCE_KEYS,
+        "sources.decontaminate": definition._DECONTAMINATE_KEYS,
+        "tokenizer": definition._TOKENIZER_KEYS,
+        "mixtures": definition._MIXTURE_KEYS,
+        "runs": definition._RUN_KEYS,
+        "evals": definition._EVAL_KEYS,
+        "policies.refinement_gate": definition._GATE_KEYS,
+        "policies.mixture_redetermination": definition._SWITCH_KEYS,
+        "policies.ablation_adoption": definition._SWITCH_KEYS,
+    }
+    keys = set(definition._TOP_KEYS) | {f"{p}.{k}" for p, ks in prefixed.items() for k in ks}
+    assert not undocumented(keys, names), f"docs/factory.md lacks {undocumented(keys, names)}"
+    for kind, spec_keys in (("ablations", definition._ABLATION_KEYS), ("sweeps", definition._SWEEP_KEYS)):
+        missing = sorted(k for k in spec_keys if f"experiments.{kind}.{k}" not in names and k not in names)
+        assert not missing, f"docs/factory.md's experiments.{kind} lacks {missing}"
+    search = definition._SEARCH_KEYS - {"config"}
+    row = next(line for line in section("factory.md", "### `[mixtures.NAME]`").splitlines() if "`mixtures.search`" in line)
+    assert not [k for k in search if f"`{k}`" not in row], "the mixtures.search row must name every search key"
+
+
 @pytest.mark.parametrize(
     "argv, link",
     [
@@ -127,6 +152,7 @@ def test_training_config_keys_are_documented():
         (["mix", "pin"], "loader.md#the-mixture-spec-key-by-key"),
         (["filter"], "jobs.md#the-filter-config-key-by-key"),
         (["train"], "training.md#the-config"),
+        (["run"], "factory.md#the-definition-key-by-key"),
     ],
 )
 def test_help_names_where_the_keys_are_documented(argv, link, capsys, monkeypatch):

@@ -22,15 +22,15 @@ def test_a_two_source_file_gives_each_source_its_own_chain(tmp_path):
     definition = load_definition(two_sources(tmp_path))
     found = keys(definition)
     assert {"code/raw", "code/dedup", "code/filtered", "code/decontaminated", "code/production"} <= found
-    assert {"notes/raw", "notes/filtered", "notes/production"} <= found
-    assert "notes/dedup" not in found  # dedup = false
+    assert {"web/raw", "web/filtered", "web/production"} <= found
+    assert "web/dedup" not in found  # dedup = false
     assert {"tokenizer", "mixture/both", "run/small", "checkpoints/small", "evals/loss"} <= found
     assert not [k for k in found if "demo" in k]
     defs = build_definitions(definition)
-    assert {j.name for j in defs.jobs} >= {"code_refresh", "code_refine", "notes_refresh", "evaluate_loss"}
-    assert {s.name for s in defs.sensors} == {"code_sensor", "notes_sensor", "checkpoint_sensor"}
+    assert {j.name for j in defs.jobs} >= {"code_refresh", "code_refine", "web_refresh", "evaluate_loss"}
+    assert {s.name for s in defs.sensors} == {"code_sensor", "web_sensor", "checkpoint_sensor"}
     assert definition.sources["code"].final_table == "decontaminated.code"
-    assert definition.sources["notes"].final_table == "filtered.notes"
+    assert definition.sources["web"].final_table == "filtered.web"
 
 
 def test_the_shipped_definitions_load(tmp_path, monkeypatch):
@@ -38,7 +38,7 @@ def test_the_shipped_definitions_load(tmp_path, monkeypatch):
     demo = load_definition(REPO / "configs" / "demo-factory.toml")
     assert demo.sources["text"].inputs[1].include == ("copyright", "*.txt", "*.md", "README")
     example = load_definition(REPO / "configs" / "example-factory.toml")
-    assert set(example.sources) == {"web", "code", "papers"} and example.mixtures["main"].search["trials"] == 32
+    assert set(example.sources) == {"web", "code", "text"} and example.mixtures["main"].search["trials"] == 32
     assert example.sources["code"].inputs[0].paths == (f"{tmp_path}/repos",)
     assert not [k for k in keys(example) if "demo" in k]
 
@@ -47,16 +47,16 @@ def test_the_shipped_definitions_load(tmp_path, monkeypatch):
     ("edit", "message"),
     [
         (("[tokenizer]", "[tokenizer]\nvocab = 300"), r"tokenizer: unknown key\(s\) vocab"),
-        (('format = "jsonl"', 'format = "jsonl"\nformt = 1'), r"sources\.notes: unknown key\(s\) formt"),
-        (("code = 0.5, notes", "code = 0.5, web"), r"mixtures\.both\.weights: unknown source\(s\) web"),
+        (('format = "jsonl"', 'format = "jsonl"\nformt = 1'), r"sources\.web: unknown key\(s\) formt"),
+        (("code = 0.5, web", "code = 0.5, books"), r"mixtures\.both\.weights: unknown source\(s\) books"),
         (('mixture = "both"', 'mixture = "other"'), r"runs\.small\.mixture: unknown mixture\(s\) other"),
         (('"train.steps=4"', '"train.stepz=4"'), r"runs\.small\.config: .*unknown key\(s\) stepz"),
-        (('filter = "docs"', 'filter = "nope"'), r"sources\.notes\.filter: "),
+        (('filter = "docs"', 'filter = "nope"'), r"sources\.web\.filter: "),
         (('decontaminate = ["humaneval"]', 'decontaminate = ["mbpp"]'), r"unknown eval set\(s\) mbpp"),
-        (('paths = ["notes"]', 'paths = ["${NO_SUCH_VARIABLE}/notes"]'), r"\$\{NO_SUCH_VARIABLE\} is not set"),
+        (('paths = ["web"]', 'paths = ["${NO_SUCH_VARIABLE}/web"]'), r"\$\{NO_SUCH_VARIABLE\} is not set"),
         (('name = "team"', 'name = "Team-1"'), r"^.*: name: give a name"),
         (('suites = ["heldout"]', 'suites = ["heldout", "mmlu"]'), r"evals\.loss\.suites: unknown suite\(s\) mmlu"),
-        (("dedup = false", "dedup = { threshold = 2.0 }"), r"sources\.notes\.dedup: threshold must be between"),
+        (("dedup = false", "dedup = { threshold = 2.0 }"), r"sources\.web\.dedup: threshold must be between"),
     ],
 )
 def test_bad_keys_and_references_are_refused_naming_the_key_and_the_file(tmp_path, edit, message):
@@ -87,7 +87,7 @@ variants = { low = { "optim.lr" = 0.001 } }
         load_definition(two_sources(tmp_path, extra=ablation))
     search = """
 [mixtures.searched]
-components = ["code", "notes"]
+components = ["code", "web"]
 search = { config = "%s", trials = 3 }
 """ % (REPO / "configs" / "demo-train.toml")
     with pytest.raises(ConfigError, match=r"mixtures\.searched\.search: trials must be an integer >= 6"):
