@@ -219,7 +219,7 @@ def run_ablation(
 
     setup = prepare_setup(
         spec.ablation_id, "ablate", spec.config, spec.set, nproc=spec.nproc, cpus=spec.cpus, target=spec.target,
-        catalog_name=catalog_name,
+        catalog_name=catalog_name, trials=[(f"variants.{name}", changes) for name, changes in spec.variants.items()],
     )  # fmt: skip
     space = {"params": tune.grid_search(spec.trials())}
     outcome = run_trials(

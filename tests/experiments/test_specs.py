@@ -308,3 +308,94 @@ def test_valid_specs_keep_their_ids():
     ablation = {"seeds": 4, "set": ["train.steps=3"], "target": {"a": 2}, "alpha": 0.1, "resources": {"gpus": 1}}
     assert _spec("ablation", **ablation).ablation_id == "s-f47c0b23ef"
     assert AblationSpec("a", "c.toml", {"v": {"optim.lr": 1.0}}, seeds=2).ablation_id == "a-da782948a5"
+
+
+# --- checked against the base config and manifest, before Ray starts -------------------------------
+
+
+def _base(tmp_path, components=("code", "text")) -> str:
+    """A base training config (path) whose data.manifest has ``components``."""
+    from mixtures.manifest import ComponentManifest, DataFile, Manifest
+
+    files = (DataFile("file:///x.parquet", 2, (2,), 10, 100),)
+    parts = tuple(ComponentManifest(n, f"raw.{n}", 1, 1 / len(components), files, {}) for n in components)
+    Manifest("m", 0, parts, {"name": "factory"}).save(tmp_path / "manifest.json")
+    config = tmp_path / "train.toml"
+    config.write_text(f'[data]\nmanifest = "{tmp_path / "manifest.json"}"\ntokenizer = "unused"\n')
+    return str(config)
+
+
+@pytest.fixture
+def no_ray(factory_home, monkeypatch):
+    """Starting Ray (or its trials) fails the test: every check must come first."""
+    import experiments.sweep
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("Ray was started before the spec was refused")
+
+    monkeypatch.setattr(experiments.sweep, "run_trials", refuse)
+    monkeypatch.setattr(experiments.sweep, "ray_session", refuse)
+
+
+SPACES = [
+    ({"optim.lrr": [0.001]}, r"space \(optim\.lrr = 0\.001\): \[optim\]: unknown key\(s\) lrr"),
+    ({"optim.lr": [0.01, -1]}, r"space \(optim\.lr = -1\): optim\.lr must be > 0"),
+    ({"data.global_batch_size": [8, 6]}, r"global_batch_size 6 must divide by the number of ranks 4"),
+    # Each value passes alone; together they do not (a head of 40 / 8 = 5 is odd).
+    ({"model.dim": [64, 40], "model.n_heads": [4, 8]}, r"model\.dim = 40, model\.n_heads = 8\): model head size"),
+    ({"optim.lr": {"uniform": [0.0, 0.1]}}, r"space \(optim\.lr = 0\.0\): optim\.lr must be > 0"),
+    ({"optim.lr": {"choice": [0.01, "fast"]}}, r'optim\.lr = "fast"\): a value of the wrong type for its key'),
+    ({"model.n_heads": {"randint": [1, 4]}}, r"model\.n_heads = 3\): model\.dim 64 must divide by n_heads 3"),
+    ({"mixture.cdoe": [1.0]}, r"space\.mixture\.cdoe: unknown component\(s\) cdoe; the base manifest's: code, text"),
+    ({"mixture": [{"code": 1, "txet": 1}]}, r"space\.mixture: unknown component\(s\) txet"),
+    ({"component.txet": ["raw.t@1"]}, r"space\.component\.txet: unknown component\(s\) txet"),
+]
+
+
+@pytest.mark.parametrize(("space", "message"), SPACES)
+def test_a_sweep_space_is_checked_against_the_base_config_before_ray_starts(tmp_path, no_ray, space, message):
+    from experiments.sweep import run_sweep
+
+    method = "grid" if all(isinstance(v, list) for v in space.values()) else "random"
+    spec = _spec("sweep", config=_base(tmp_path), space=space, method=method, nproc=4)
+    with pytest.raises(ConfigError, match=message):
+        run_sweep(spec)
+
+
+def test_a_valid_space_passes_and_an_unreadable_manifest_is_left_to_the_trials(tmp_path, factory_home):
+    from experiments.sweep import prepare_setup, space_checks
+
+    config = _base(tmp_path)
+    space = {"optim.lr": {"loguniform": [1e-4, 1e-2]}, "model.dim": [32, 64], "mixture.code": [0.5], "variant": ["x"]}
+    checks = space_checks(space)
+    assert {label for label, _ in checks} >= {"space.mixture.code", "space (optim.lr = 0.0001, model.dim = 32)"}
+    setup = prepare_setup("s-1", "sweep", config, ["train.steps=2"], target={"code": 1}, trials=checks)
+    assert setup.base_manifest == str(tmp_path / "manifest.json")
+    (tmp_path / "manifest.json").unlink()  # the target's names cannot be checked: the trials say why
+    assert prepare_setup("s-1", "sweep", config, [], target={"nope": 1}, trials=checks).sweep_id == "s-1"
+
+
+def test_a_sweep_target_names_components_of_the_base_manifest(tmp_path, no_ray):
+    from experiments.sweep import run_sweep
+
+    spec = _spec("sweep", config=_base(tmp_path), target={"code": 1, "cdoe": 1})
+    with pytest.raises(ConfigError, match=r"target: unknown component\(s\) cdoe; the base manifest's: code, text"):
+        run_sweep(spec)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"variants": {"low": {"optim.lrr": 0.001}}}, r"variants\.low: \[optim\]: unknown key\(s\) lrr"),
+        ({"variants": {"v": {"model.dim": "wide"}}}, r"variants\.v: a value of the wrong type for its key"),
+        ({"variants": {"v": {"mixture.cdoe": 2.0}}}, r"variants\.v: unknown component\(s\) cdoe"),
+        ({"target": {"txet": 1}}, r"target: unknown component\(s\) txet"),
+        ({"set": ["optim.lrr=1"]}, r"\[optim\]: unknown key\(s\) lrr"),
+        ({"set": ["optim.lr=0.01"], "nproc": 3}, r"global_batch_size 8 must divide by the number of ranks 3"),
+    ],
+)
+def test_ablation_variants_are_checked_against_the_base_config_before_ray_starts(tmp_path, no_ray, extra, message):
+    from experiments.ablation import run_ablation
+
+    with pytest.raises(ConfigError, match=message):
+        run_ablation(_spec("ablation", config=_base(tmp_path), **extra))
