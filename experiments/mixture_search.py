@@ -35,6 +35,7 @@ import numpy as np
 
 from experiments import sweep_spec as checks
 from experiments.sweep_spec import MIXTURE_KEY, read_spec, spec_hash, trial_resources
+from experiments.trial import TrialSetup
 from lakehouse.config_keys import refuse_unknown_keys
 from lakehouse.errors import ConfigError, InputError
 
@@ -275,6 +276,32 @@ class SearchResult:
         }
 
 
+@dataclass(frozen=True)
+class SearchPlan:
+    """What a search has checked before Ray starts: the trials' shared setup and the Dirichlet's centre."""
+
+    setup: TrialSetup
+    shares: dict[str, float]  # in the base manifest's component order
+
+
+def plan_search(spec: SearchSpec, catalog_name: str | None = None) -> SearchPlan:
+    """Check the search against its base config and manifest, before Ray starts."""
+    from experiments.sweep import prepare_setup
+    from mixtures.manifest import Manifest
+
+    setup = prepare_setup(
+        spec.search_id, "mix-search", spec.config, spec.set, nproc=spec.nproc, cpus=spec.cpus, target=spec.target,
+        catalog_name=catalog_name,
+    )  # fmt: skip
+    shares = search_prior(spec, token_shares(Manifest.load(setup.base_manifest)))
+    if len(shares) * spec.min_weight >= 1:  # the floors would take the whole mixture, or more
+        raise ConfigError(
+            f"{SEARCH}: min_weight {spec.min_weight:g} × {len(shares)} components is {len(shares) * spec.min_weight:g}: "
+            f"it must stay below 1, so min_weight below {1 / len(shares):.4g}"
+        )
+    return SearchPlan(setup, shares)
+
+
 def run_search(
     spec: SearchSpec,
     *,
@@ -283,20 +310,17 @@ def run_search(
     num_cpus: int | None = None,
     catalog_name: str | None = None,
     trainable: Callable | None = None,
+    plan: SearchPlan | None = None,
 ) -> SearchResult:
-    """Sample K mixtures, run them as sweep trials, fit, and find the optimum."""
+    """Sample K mixtures, run them as sweep trials, fit, and find the optimum. ``plan``: the search
+    already checked by ``plan_search`` (else it is checked here, before Ray starts)."""
     from ray import tune
 
-    from experiments.sweep import Schedule, prepare_setup, run_trials
+    from experiments.sweep import Schedule, run_trials
     from experiments.trial import run_trial
-    from mixtures.manifest import Manifest
 
-    setup = prepare_setup(
-        spec.search_id, "mix-search", spec.config, spec.set, nproc=spec.nproc, cpus=spec.cpus, target=spec.target,
-        catalog_name=catalog_name,
-    )  # fmt: skip
-    base = Manifest.load(setup.base_manifest)
-    shares = search_prior(spec, token_shares(base))
+    plan = plan or plan_search(spec, catalog_name)
+    setup, shares = plan.setup, plan.shares
     components = tuple(shares)
     samples = sample_mixtures(
         shares, spec.trials, spec.concentration, np.random.default_rng(spec.seed), spec.min_weight

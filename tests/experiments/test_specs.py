@@ -399,3 +399,29 @@ def test_ablation_variants_are_checked_against_the_base_config_before_ray_starts
 
     with pytest.raises(ConfigError, match=message):
         run_ablation(_spec("ablation", config=_base(tmp_path), **extra))
+
+
+def test_a_min_weight_whose_floors_exceed_the_mixture_is_refused_before_ray_starts(tmp_path, no_ray):
+    from experiments.mixture_search import plan_search, run_search
+
+    config = _base(tmp_path, ("a", "b", "c", "d", "e"))
+    with pytest.raises(ConfigError, match=r"min_weight 0.3 × 5 components is 1.5: .* below 0.2\Z"):
+        run_search(_spec("search", config=config, min_weight=0.3))
+    with pytest.raises(ConfigError, match=r"min_weight 0.2 × 5 components is 1:"):  # every draw the same mixture
+        run_search(_spec("search", config=config, min_weight=0.2))
+    plan = plan_search(_spec("search", config=config, min_weight=0.19))
+    assert list(plan.shares) == ["a", "b", "c", "d", "e"]
+    with pytest.raises(ConfigError, match=r"target: unknown component\(s\) f"):
+        run_search(_spec("search", config=config, target={"f": 1}))
+
+
+def test_factory_mix_search_checks_its_base_config_before_ray_starts(tmp_path, no_ray, capsys):
+    from factory_cli.main import run_command
+
+    spec = tmp_path / "search.toml"
+    spec.write_text(f'name = "mix"\nconfig = "{_base(tmp_path)}"\nset = ["optim.lrr=0.1"]\n')
+    assert run_command("mix", ["search", str(spec), "--output", str(tmp_path / "m.json")]) == 2
+    assert "error: [optim]: unknown key(s) lrr" in capsys.readouterr().err
+    spec.write_text(f'name = "mix"\nconfig = "{tmp_path / "missing.toml"}"\n')
+    assert run_command("mix", ["search", str(spec), "--output", str(tmp_path / "m.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err
