@@ -35,13 +35,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.sweep_spec import read_spec, spec_hash, trial_resources
+from experiments.sweep_spec import (
+    check_number,
+    check_overrides,
+    check_shared,
+    is_int,
+    read_spec,
+    require,
+    spec_hash,
+    table,
+    trial_resources,
+)
 from lakehouse.config_keys import refuse_unknown_keys
 from lakehouse.errors import ConfigError
 
 BASE = "base"
 SEED_KEY = "run.seed"
 _SPEC_KEYS = {"name", "config", "seeds", "set", "target", "nproc", "resources", "variants", "alpha"}
+ABLATION = "the ablation spec"
 
 
 @dataclass(frozen=True)
@@ -58,8 +69,10 @@ class AblationSpec:
     alpha: float = 0.05
 
     def __post_init__(self) -> None:
-        if not isinstance(self.seeds, int) or self.seeds < 2:
-            raise ConfigError("seeds must be an integer >= 2: seed noise needs at least two seeds")
+        check_shared(self, ABLATION)
+        rule = "an integer >= 2 (seed noise needs two seeds at least)"
+        require(is_int(self.seeds) and self.seeds >= 2, ABLATION, "seeds", rule, self.seeds)
+        check_number(self.alpha, "alpha", ABLATION, "in (0, 1)", lambda a: 0 < a < 1)
         if not self.variants:
             raise ConfigError("an ablation needs at least one [variants.NAME] table")
         if BASE in self.variants:
@@ -72,8 +85,6 @@ class AblationSpec:
             for key in changes:
                 if "." not in key:
                     raise ConfigError(f"variant {name!r}: {key!r} is not section.key or component.<name>")
-        if not 0 < self.alpha < 1:
-            raise ConfigError("alpha must be in (0, 1)")
 
     @property
     def ablation_id(self) -> str:
@@ -96,21 +107,23 @@ def load_ablation_spec(path: str | Path) -> AblationSpec:
 
 def ablation_spec_from_dict(data: Mapping[str, Any]) -> AblationSpec:
     """An ablation spec from its keys (a spec file's, or a factory definition's ablation)."""
-    refuse_unknown_keys(data, _SPEC_KEYS, "the ablation spec")
+    refuse_unknown_keys(data, _SPEC_KEYS, ABLATION)
     if "name" not in data or "config" not in data:
         raise ConfigError("an ablation spec needs `name` and `config` (the base training config)")
-    cpus, gpus = trial_resources(data)
+    cpus, gpus = trial_resources(data, ABLATION)
+    alpha = data.get("alpha", 0.05)
+    check_number(alpha, "alpha", ABLATION, "in (0, 1)", lambda a: 0 < a < 1)  # before float() takes a string
     return AblationSpec(
-        name=str(data["name"]),
+        name=data["name"],
         config=str(data["config"]),
-        variants=dict(data.get("variants", {})),
+        variants=table(data, "variants", ABLATION),
         seeds=data.get("seeds", 3),
-        set=tuple(data.get("set", [])),
-        target=dict(data.get("target", {})),
+        set=check_overrides(data.get("set", []), ABLATION),
+        target=table(data, "target", ABLATION),
         nproc=data.get("nproc", 1),
         cpus=cpus,
         gpus=gpus,
-        alpha=float(data.get("alpha", 0.05)),
+        alpha=float(alpha),
     )
 
 
@@ -206,7 +219,7 @@ def run_ablation(
 
     setup = prepare_setup(
         spec.ablation_id, "ablate", spec.config, spec.set, nproc=spec.nproc, cpus=spec.cpus, target=spec.target,
-        catalog_name=catalog_name,
+        catalog_name=catalog_name, trials=[(f"variants.{name}", changes) for name, changes in spec.variants.items()],
     )  # fmt: skip
     space = {"params": tune.grid_search(spec.trials())}
     outcome = run_trials(

@@ -33,13 +33,16 @@ from typing import Any
 
 import numpy as np
 
+from experiments import sweep_spec as checks
 from experiments.sweep_spec import MIXTURE_KEY, read_spec, spec_hash, trial_resources
+from experiments.trial import TrialSetup
 from lakehouse.config_keys import refuse_unknown_keys
 from lakehouse.errors import ConfigError, InputError
 
 MODELS = ("linear", "quadratic", "lightgbm")
 _SPEC_KEYS = {"name", "config", "trials", "seed", "set", "target", "nproc", "resources", "concentration",
               "candidates", "top", "folds", "min_weight", "prior"}  # fmt: skip
+SEARCH = "the search spec"
 
 
 @dataclass(frozen=True)
@@ -63,18 +66,17 @@ class SearchSpec:
     prior: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.trials, int) or self.trials < 6:
-            raise ConfigError("trials must be an integer >= 6: a regression over the weights needs a few points")
-        if self.concentration <= 0 or self.candidates < self.top or self.top < 1:
-            raise ConfigError("concentration must be > 0 and 1 <= top <= candidates")
-        if not 0 <= self.min_weight < 0.5:
-            raise ConfigError("min_weight must be in [0, 0.5)")
-        if not isinstance(self.prior, Mapping) or any(
-            isinstance(w, bool) or not isinstance(w, int | float) or w < 0 for w in self.prior.values()
-        ):
-            raise ConfigError("prior must be a table {component = weight} of numbers >= 0")
-        if self.prior and sum(self.prior.values()) <= 0:
-            raise ConfigError("prior: the weights sum to zero")
+        checks.check_shared(self, SEARCH)
+        rule = "an integer >= 6 (a regression over the weights needs a few points)"
+        checks.require(checks.is_int(self.trials) and self.trials >= 6, SEARCH, "trials", rule, self.trials)
+        checks.check_int(self.seed, "seed", SEARCH, 0)
+        checks.check_number(self.concentration, "concentration", SEARCH, "> 0", lambda v: v > 0)
+        checks.check_int(self.top, "top", SEARCH, 1)
+        checks.check_int(self.candidates, "candidates", SEARCH, self.top)
+        folds, rule = self.folds, "an integer >= 0 other than 1 (0: leave one out)"
+        checks.require(checks.is_int(folds) and folds >= 0 and folds != 1, SEARCH, "folds", rule, folds)
+        checks.check_number(self.min_weight, "min_weight", SEARCH, "in [0, 0.5)", lambda v: 0 <= v < 0.5)
+        checks.check_weights(self.prior, "prior", SEARCH)
 
     @cached_property
     def search_id(self) -> str:
@@ -102,12 +104,12 @@ def load_search_spec(path: str | Path) -> SearchSpec:
 
 def search_spec_from_dict(data: Mapping[str, Any]) -> SearchSpec:
     """A search spec from its keys (a spec file's, or a factory definition's mixture search)."""
-    refuse_unknown_keys(data, _SPEC_KEYS, "the search spec")
+    refuse_unknown_keys(data, _SPEC_KEYS, SEARCH)
     if "name" not in data or "config" not in data:
         raise ConfigError("a search spec needs `name` and `config` (the base training config)")
-    cpus, gpus = trial_resources(data)
+    cpus, gpus = trial_resources(data, SEARCH)
     data = {k: v for k, v in data.items() if k != "resources"}
-    data["set"] = tuple(data.get("set", []))
+    data["set"] = checks.check_overrides(data.get("set", []), SEARCH)
     return SearchSpec(**data, cpus=cpus, gpus=gpus)
 
 
@@ -274,6 +276,32 @@ class SearchResult:
         }
 
 
+@dataclass(frozen=True)
+class SearchPlan:
+    """What a search has checked before Ray starts: the trials' shared setup and the Dirichlet's centre."""
+
+    setup: TrialSetup
+    shares: dict[str, float]  # in the base manifest's component order
+
+
+def plan_search(spec: SearchSpec, catalog_name: str | None = None) -> SearchPlan:
+    """Check the search against its base config and manifest, before Ray starts."""
+    from experiments.sweep import prepare_setup
+    from mixtures.manifest import Manifest
+
+    setup = prepare_setup(
+        spec.search_id, "mix-search", spec.config, spec.set, nproc=spec.nproc, cpus=spec.cpus, target=spec.target,
+        catalog_name=catalog_name,
+    )  # fmt: skip
+    shares = search_prior(spec, token_shares(Manifest.load(setup.base_manifest)))
+    if len(shares) * spec.min_weight >= 1:  # the floors would take the whole mixture, or more
+        raise ConfigError(
+            f"{SEARCH}: min_weight {spec.min_weight:g} × {len(shares)} components is {len(shares) * spec.min_weight:g}: "
+            f"it must stay below 1, so min_weight below {1 / len(shares):.4g}"
+        )
+    return SearchPlan(setup, shares)
+
+
 def run_search(
     spec: SearchSpec,
     *,
@@ -282,24 +310,18 @@ def run_search(
     num_cpus: int | None = None,
     catalog_name: str | None = None,
     trainable: Callable | None = None,
+    plan: SearchPlan | None = None,
 ) -> SearchResult:
-    """Sample K mixtures, run them as sweep trials, fit, and find the optimum."""
+    """Sample K mixtures, run them as sweep trials, fit, and find the optimum. ``plan``: the search
+    already checked by ``plan_search`` (else it is checked here, before Ray starts)."""
     from ray import tune
 
-    from experiments.sweep import Schedule, prepare_setup, run_trials
+    from experiments.sweep import Schedule, run_trials
     from experiments.trial import run_trial
-    from mixtures.manifest import Manifest
 
-    setup = prepare_setup(
-        spec.search_id, "mix-search", spec.config, spec.set, nproc=spec.nproc, cpus=spec.cpus, target=spec.target,
-        catalog_name=catalog_name,
-    )  # fmt: skip
-    base = Manifest.load(setup.base_manifest)
-    shares = search_prior(spec, token_shares(base))
+    plan = plan or plan_search(spec, catalog_name)
+    setup, shares = plan.setup, plan.shares
     components = tuple(shares)
-    unknown = sorted(set(spec.target) - set(components))
-    if unknown:
-        raise ConfigError(f"target names unknown component(s) {', '.join(unknown)}; components: {components}")
     samples = sample_mixtures(
         shares, spec.trials, spec.concentration, np.random.default_rng(spec.seed), spec.min_weight
     )

@@ -10,10 +10,12 @@ re-running finished trials. A driver-side callback commits each trial's row as t
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
+import math
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,16 +23,26 @@ from typing import Any
 
 from ray.tune import Callback
 
-from experiments.sweep_spec import MIXTURE_KEY, SweepSpec
-from experiments.trial import TrialSetup, run_dir_of, run_trial
+from experiments.sweep_spec import MIXTURE_KEY, SweepSpec, toml_literal
+from experiments.trial import (
+    TrialSetup,
+    is_config_key,
+    named_components,
+    param_overrides,
+    run_dir_of,
+    run_trial,
+)
 from experiments.trials_table import commit_trial, read_trials
 from lakehouse.catalog import factory_home
-from lakehouse.errors import ConfigError, InputError
-from trainer.config import load_config
+from lakehouse.errors import ConfigError, InputError, ManifestError
+from trainer.config import Config, load_config
 
 log = logging.getLogger("factory.experiments")
 
 TUNE_DIR = "tune"
+# A sweep's space is checked before Ray starts: every combination of its training config values
+# when there are at most this many, else each value on its own.
+MAX_CHECKED_COMBINATIONS = 1000
 
 
 @dataclass(frozen=True)
@@ -70,11 +82,21 @@ def prepare_setup(
     cpus: float = 1.0,
     target: Mapping[str, float] | None = None,
     catalog_name: str | None = None,
+    trials: Iterable[tuple[str, Mapping[str, Any]]] = (),
 ) -> TrialSetup:
-    """Check the base config here, before Ray starts, and fix what every trial shares."""
+    """Check the base config here, before Ray starts, and fix what every trial shares.
+
+    ``trials``: (label, parameters) of what the trials will set, each checked now as well: its
+    training config keys applied to the base config as a trial applies them, and the components it
+    names (and ``target``'s) against the base manifest's. A mistake fails here, not in every trial."""
     overrides = list(overrides)
-    cfg = load_config(config, overrides)  # a bad base config fails now, not in every trial
-    cfg.check_world(nproc)
+    cfg = _checked_config(config, overrides, nproc)
+    components = _base_components(cfg)
+    _check_components("target", set(target or {}), components)
+    for label, params in trials:
+        if extra := param_overrides(params):
+            _checked_config(config, [*overrides, *extra], nproc, label)
+        _check_components(label, named_components(params), components)
     if not cfg.eval.every:  # a trial's metric is a held-out loss: evaluate at least at the last step
         overrides.append("eval.every=1000000000")
     return TrialSetup(
@@ -91,6 +113,68 @@ def prepare_setup(
         factory_home=str(factory_home()),
         catalog_name=catalog_name,
     )
+
+
+def _checked_config(config: str, overrides: list[str], nproc: int, label: str = "") -> Config:
+    """The training config with ``overrides``, checked for ``nproc`` ranks; a refusal prefixed by ``label``."""
+    try:
+        cfg = load_config(config, overrides)
+        cfg.check_world(nproc)
+    except ConfigError as exc:
+        if not label:
+            raise
+        raise ConfigError(f"{label}: {exc}") from None
+    except TypeError as exc:  # the trainer compares a value without checking its type first
+        where = label or "the training config with set"
+        raise ConfigError(f"{where}: a value of the wrong type for its key ({exc})") from None
+    return cfg
+
+
+def _base_components(cfg: Config) -> list[str] | None:
+    """The components of the base manifest (``data.manifest``); None if it cannot be read (a trial, or
+    the search, reports that in its own words)."""
+    from mixtures.manifest import Manifest
+
+    try:
+        return [c.name for c in Manifest.load(cfg.data.manifest).components]
+    except ManifestError:
+        return None
+
+
+def _check_components(label: str, names: set[str], components: list[str] | None) -> None:
+    unknown = sorted(names - set(components)) if components is not None else []
+    if unknown:
+        raise ConfigError(
+            f"{label}: unknown component(s) {', '.join(unknown)}; the base manifest's: {', '.join(components)}"
+        )
+
+
+def space_checks(space: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """What of a sweep's space ``prepare_setup`` checks, as (label, parameters): the values a trial
+    may take (a list's; a distribution's choices, or its two ends), the training config keys' values
+    in every combination (each on its own past MAX_CHECKED_COMBINATIONS)."""
+    values = {key: _values_to_check(value) for key, value in space.items()}
+    config = {key: v for key, v in values.items() if is_config_key(key)}
+    checks = [(f"space.{key}", {key: v}) for key, vs in values.items() if key not in config for v in vs]
+    if math.prod(len(v) for v in config.values()) <= MAX_CHECKED_COMBINATIONS:
+        combinations = [dict(zip(config, c, strict=True)) for c in itertools.product(*config.values())]
+    else:
+        combinations = [{key: v} for key, vs in config.items() for v in vs]
+    for combination in filter(None, combinations):
+        shown = ", ".join(f"{key} = {toml_literal(v)}" for key, v in combination.items())
+        checks.append((f"space ({shown})", combination))
+    return checks
+
+
+def _values_to_check(value: Any) -> list[Any]:
+    """A dimension's grid values or choices, or a distribution's lowest and highest draws."""
+    if isinstance(value, list):
+        return value
+    kind, args = next(iter(value.items()))
+    if kind == "randint":  # as tune_space: integers in [low, high)
+        low, high = int(args[0]), int(args[1])
+        return [low] if high - 1 <= low else [low, high - 1]
+    return list(args)
 
 
 def tune_space(space: Mapping[str, Any], method: str) -> dict[str, Any]:
@@ -125,7 +209,7 @@ def run_sweep(
     sweep_id = sweep_id or spec.sweep_id
     setup = prepare_setup(
         sweep_id, "sweep", spec.config, spec.set, nproc=spec.nproc, cpus=spec.cpus, target=spec.target,
-        catalog_name=catalog_name,
+        catalog_name=catalog_name, trials=space_checks(spec.space),
     )  # fmt: skip
     schedule = Schedule(cpus=spec.cpus, gpus=spec.gpus, samples=spec.samples, seed=spec.seed, asha=spec.asha)
     space = {"params": tune_space(spec.space, spec.method)}

@@ -34,7 +34,7 @@ import json
 import math
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,12 +52,17 @@ _SPEC_KEYS = {"name", "config", "method", "samples", "seed", "nproc", "set", "ta
 _RESOURCE_KEYS = {"cpus", "gpus"}  # [resources] of a sweep, ablation or search spec
 _ASHA_KEYS = {"grace_period", "reduction_factor"}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\Z")
+SWEEP = "the sweep spec"  # how messages name the spec (a file's path or a definition's key goes before)
 
 
 @dataclass(frozen=True)
 class Asha:
     grace_period: int = 1  # evaluations every trial runs before it may be stopped
     reduction_factor: int = 2  # keep the best 1/reduction_factor at each rung
+
+    def __post_init__(self) -> None:
+        check_int(self.grace_period, "asha.grace_period", SWEEP, 1)
+        check_int(self.reduction_factor, "asha.reduction_factor", SWEEP, 2)
 
 
 @dataclass(frozen=True)
@@ -76,17 +81,12 @@ class SweepSpec:
     asha: Asha | None = None
 
     def __post_init__(self) -> None:
-        _check(bool(_NAME.match(str(self.name))), f"sweep name {self.name!r}: letters, digits, '_', '.', '-'")
-        _check(self.method in ("grid", "random"), f"method must be grid or random, got {self.method!r}")
-        _check(_is_int(self.samples) and self.samples >= 1, "samples must be an integer >= 1")
-        _check(_is_int(self.seed) and self.seed >= 0, "seed must be an integer >= 0")
-        _check(_is_int(self.nproc) and self.nproc >= 1, "nproc must be an integer >= 1")
-        _check(self.cpus > 0 and self.gpus >= 0, "resources: cpus must be > 0 and gpus >= 0")
+        check_shared(self, SWEEP)
+        require(self.method in ("grid", "random"), SWEEP, "method", "grid or random", self.method)
+        check_int(self.samples, "samples", SWEEP, 1)
+        check_int(self.seed, "seed", SWEEP, 0)
         for key, value in self.space.items():
             check_dimension(key, value, self.method)
-        for name, weight in self.target.items():
-            _check(_is_number(weight) and weight >= 0, f"target.{name} must be a number >= 0")
-        _check(not self.target or sum(self.target.values()) > 0, "target weights sum to zero")
 
     @property
     def sweep_id(self) -> str:
@@ -125,6 +125,7 @@ def check_dimension(key: str, value: Any, method: str) -> None:
     )
     if isinstance(value, list):
         _check(bool(value), f"space.{key}: an empty list of values")
+        _check_weight_vectors(key, value)
         return
     _check(
         isinstance(value, Mapping) and len(value) == 1 and next(iter(value)) in _DISTRIBUTIONS,
@@ -134,13 +135,22 @@ def check_dimension(key: str, value: Any, method: str) -> None:
     kind, args = next(iter(value.items()))
     if kind == "choice":
         _check(isinstance(args, list) and bool(args), f"space.{key}: choice takes a non-empty list")
+        _check_weight_vectors(key, args)
         return
+    _check(key != MIXTURE_KEY, f"space.{key}: whole weight vectors are a list (or a choice) of tables")
     _check(
         isinstance(args, list) and len(args) == 2 and all(_is_number(a) for a in args) and args[0] < args[1],
         f"space.{key}: {kind} takes [low, high] with low < high",
     )
     if kind == "loguniform":
         _check(args[0] > 0, f"space.{key}: loguniform needs low > 0")
+
+
+def _check_weight_vectors(key: str, values: list[Any]) -> None:
+    """The values of ``space.mixture``: each a whole weight vector {component = weight}."""
+    if key == MIXTURE_KEY:
+        for value in values:
+            check_weights(value, f"space.{key}", SWEEP)
 
 
 def read_spec(path: Path, kind: str) -> dict[str, Any]:
@@ -163,37 +173,106 @@ def load_sweep_spec(path: str | Path) -> SweepSpec:
 
 
 def sweep_spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
-    refuse_unknown_keys(data, _SPEC_KEYS, "the sweep spec")
+    refuse_unknown_keys(data, _SPEC_KEYS, SWEEP)
     _check("name" in data and "config" in data, "a sweep spec needs `name` and `config` (the base training config)")
-    cpus, gpus = trial_resources(data)
+    cpus, gpus = trial_resources(data, SWEEP)
     asha = None
     if "asha" in data:
-        refuse_unknown_keys(data["asha"], _ASHA_KEYS, "[asha]")
-        asha = Asha(**data["asha"])
-        _check(asha.grace_period >= 1 and asha.reduction_factor >= 2, "asha: grace_period >= 1, reduction_factor >= 2")
-    overrides = data.get("set", [])
-    _check(isinstance(overrides, list) and all(isinstance(s, str) for s in overrides), "set: a list of KEY=VALUE")
+        asha_keys = table(data, "asha", SWEEP)
+        refuse_unknown_keys(asha_keys, _ASHA_KEYS, "[asha]")
+        asha = Asha(**asha_keys)
     return SweepSpec(
         name=data["name"],
         config=str(data["config"]),
-        space=dict(data.get("space", {})),
+        space=table(data, "space", SWEEP),
         method=data.get("method", "grid"),
         samples=data.get("samples", 1),
         seed=data.get("seed", 0),
         nproc=data.get("nproc", 1),
-        set=tuple(overrides),
-        target=dict(data.get("target", {})),
+        set=check_overrides(data.get("set", []), SWEEP),
+        target=table(data, "target", SWEEP),
         cpus=cpus,
         gpus=gpus,
         asha=asha,
     )
 
 
-def trial_resources(data: Mapping[str, Any]) -> tuple[float, float]:
+def trial_resources(data: Mapping[str, Any], where: str) -> tuple[float, float]:
     """The ``[resources]`` table of a sweep, ablation or search spec: (cpus, gpus) per trial."""
-    resources = data.get("resources", {})
+    resources = table(data, "resources", where)
     refuse_unknown_keys(resources, _RESOURCE_KEYS, "[resources]")
-    return float(resources.get("cpus", 1.0)), float(resources.get("gpus", 0.0))
+    cpus, gpus = resources.get("cpus", 1.0), resources.get("gpus", 0.0)
+    check_resources(cpus, gpus, where)
+    return float(cpus), float(gpus)
+
+
+# --- the checks the three specs share; ``where`` names the spec in the message ------------------
+
+
+def check_shared(spec: Any, where: str) -> None:
+    """What a sweep, an ablation and a search spec share: name, set, target, nproc, [resources]."""
+    check_name(spec.name, where)
+    check_overrides(spec.set, where)
+    check_weights(spec.target, "target", where)
+    check_int(spec.nproc, "nproc", where, 1)
+    check_resources(spec.cpus, spec.gpus, where)
+
+
+def require(ok: bool, where: str, key: str, rule: str, value: Any) -> None:
+    """``ConfigError("<where>: <key> must be <rule>, got <value>")`` unless ``ok``."""
+    if not ok:
+        raise ConfigError(f"{where}: {key} must be {rule}, got {value!r}")
+
+
+def check_int(value: Any, key: str, where: str, minimum: int) -> None:
+    require(is_int(value) and value >= minimum, where, key, f"an integer >= {minimum}", value)
+
+
+def check_number(value: Any, key: str, where: str, rule: str, ok: Callable[[Any], bool]) -> None:
+    """``value`` a finite number (not a bool) for which ``ok`` holds; the message says "a number <rule>"."""
+    require(_is_number(value) and ok(value), where, key, f"a number {rule}", value)
+
+
+def check_name(name: Any, where: str) -> None:
+    """The spec's name, which becomes a folder name under ``$FACTORY_HOME/sweeps/``."""
+    rule = "letters, digits, '_', '.', '-' (the first a letter or digit, at most 64)"
+    require(isinstance(name, str) and bool(_NAME.match(name)), where, "name", rule, name)
+
+
+def table(data: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    """``data[key]`` (default empty), which must be a table."""
+    value = data.get(key, {})
+    require(isinstance(value, Mapping), where, key, "a table", value)
+    return dict(value)
+
+
+def check_overrides(overrides: Any, where: str) -> tuple[str, ...]:
+    """``set``: a list of ``section.key=value`` strings, as ``--set`` takes them."""
+    from trainer.config import parse_override
+
+    require(isinstance(overrides, list | tuple), where, "set", "a list of section.key=value strings", overrides)
+    for item in overrides:
+        ok = isinstance(item, str)
+        if ok:
+            try:
+                parse_override(item)
+            except ConfigError:
+                ok = False
+        require(ok, where, "each item of set", "a string section.key=value", item)
+    return tuple(overrides)
+
+
+def check_weights(weights: Any, key: str, where: str) -> None:
+    """``target`` or ``prior``: a table {component = weight}, each a number >= 0, not all 0."""
+    require(isinstance(weights, Mapping), where, key, "a table {component = weight}", weights)
+    for name, weight in weights.items():
+        check_number(weight, f"{key}.{name}", where, ">= 0", lambda w: w >= 0)
+    _check(not weights or sum(weights.values()) > 0, f"{where}: {key}: the weights sum to zero")
+
+
+def check_resources(cpus: Any, gpus: Any, where: str) -> None:
+    check_number(cpus, "resources.cpus", where, "> 0", lambda n: n > 0)
+    check_number(gpus, "resources.gpus", where, ">= 0", lambda n: n >= 0)
 
 
 def toml_literal(value: Any) -> str:
@@ -214,7 +293,7 @@ def _check(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -55,6 +55,14 @@ def run_dir_of(setup: TrialSetup, trial_id: str) -> Path:
     return Path(setup.sweep_dir) / "runs" / trial_id
 
 
+def named_components(params: Mapping[str, Any]) -> set[str]:
+    """The components a trial's parameters name (``mixture``, ``mixture.<name>``, ``component.<name>``)."""
+    names = {k.removeprefix(MIXTURE_PREFIX) for k in params if k.startswith(MIXTURE_PREFIX)}
+    names |= {k.removeprefix(COMPONENT_PREFIX) for k in params if k.startswith(COMPONENT_PREFIX)}
+    whole = params.get(MIXTURE_KEY, {})
+    return names | set(whole if isinstance(whole, Mapping) else ())
+
+
 def mixture_weights(params: Mapping[str, Any]) -> dict[str, float]:
     """The component weights a trial's parameters set (``mixture`` or ``mixture.<name>``)."""
     weights = {k.removeprefix(MIXTURE_PREFIX): float(v) for k, v in params.items() if k.startswith(MIXTURE_PREFIX)}
@@ -72,11 +80,14 @@ def is_config_key(key: str) -> bool:
     return "." in key and not key.startswith((MIXTURE_PREFIX, COMPONENT_PREFIX))
 
 
+def param_overrides(params: Mapping[str, Any]) -> list[str]:
+    """The ``--set`` overrides a trial's parameters make: its training config keys."""
+    return [f"{key}={toml_literal(value)}" for key, value in params.items() if is_config_key(key)]
+
+
 def trial_overrides(setup: TrialSetup, params: Mapping[str, Any], run_dir: Path) -> list[str]:
     """The ``--set`` overrides of one trial: the sweep's fixed ones, the run directory, its parameters."""
-    overrides = [*setup.overrides, f"run.dir={toml_literal(str(run_dir))}"]
-    overrides += [f"{key}={toml_literal(value)}" for key, value in params.items() if is_config_key(key)]
-    return overrides
+    return [*setup.overrides, f"run.dir={toml_literal(str(run_dir))}", *param_overrides(params)]
 
 
 def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:

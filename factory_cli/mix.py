@@ -79,6 +79,7 @@ def search(args: argparse.Namespace) -> int:
         format_search,
         format_verification,
         load_search_spec,
+        plan_search,
         run_search,
         verify_optimum,
         write_winner,
@@ -88,9 +89,10 @@ def search(args: argparse.Namespace) -> int:
     from lakehouse.catalog import load_catalog
 
     spec = load_search_spec(args.spec)
+    plan = plan_search(spec, args.catalog)  # the config, the base manifest and the spec checked before Ray starts
     options = {"address": args.address, "num_cpus": args.num_cpus, "catalog_name": args.catalog}
     with ray_session(args.address, args.num_cpus):  # one Ray for the search and the check
-        result = run_search(spec, resume=args.resume, **options)
+        result = run_search(spec, resume=args.resume, plan=plan, **options)
         print(format_ranking(result.rows))
         print(format_search(result))
         manifest, spec_path = write_winner(load_catalog(args.catalog), result, spec, _base_manifest(spec), args.output)
