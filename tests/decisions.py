@@ -3,7 +3,9 @@ conventions), for the tests of what reads ``factory.decisions``: the CLI, lineag
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from lakehouse.decisions import new_decision
@@ -115,3 +117,32 @@ def ablation_decision(
         FACTORY, "ablation", subject, verdict, reason, inputs=inputs, evidence=evidence, before=before, after=after
     )
     return {**row, "decided_at": decided_at}
+
+
+def hand_made_checkpoint(run_dir: Path, manifest_path: Path, step: int = 4) -> Path:
+    """A complete checkpoint folder holding only the ``lineage.json`` a run on the manifest at
+    ``manifest_path`` writes (what lineage and the UI read of a checkpoint; no model shards)."""
+    manifest = json.loads(manifest_path.read_text())
+    folder = run_dir / "checkpoints" / f"step-{step}"
+    folder.mkdir(parents=True)
+    lineage = {
+        "checkpoint": str(folder),
+        "step": step,
+        "code_version": "test",
+        "manifest": {"path": str(manifest_path), "name": manifest["name"], "fingerprint": manifest["fingerprint"]},
+        "tokenizer": {"path": str(run_dir / "tokenizer.json"), "sha256": "f" * 64},
+        "loader_position": {"next_global_batch": step, "sequences": 8 * step, "tokens": 256 * step},
+        "components": [
+            {"name": c["name"], "weight": c["weight"], "table": c["table"], "snapshot_id": c["snapshot_id"], "runs": []}
+            for c in manifest["components"]
+        ],
+    }
+    (folder / "lineage.json").write_text(json.dumps(lineage))
+    (folder / "COMPLETE").write_text("")
+    return folder
+
+
+def write_run_record(run_dir: Path, run: str, decisions: Sequence[str]) -> None:
+    """The ``factory.json`` the orchestration writes in a training run's folder."""
+    record = {"factory": FACTORY, "run": run, "decisions": list(decisions)}
+    (run_dir / "factory.json").write_text(json.dumps(record))
