@@ -10,7 +10,7 @@ from typing import Any
 
 from pyiceberg.catalog import Catalog
 
-from trainer.lineage import checkpoint_decisions, format_lineage, read_lineage
+from trainer.lineage import checkpoint_decisions, checkpoint_dir, format_lineage, read_lineage
 
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "lineage") -> None:
@@ -19,9 +19,10 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "lineage") -> No
 
 
 def run(args: argparse.Namespace) -> int:
-    lineage = read_lineage(args.checkpoint)
+    checkpoint = checkpoint_dir(args.checkpoint)
+    lineage = read_lineage(checkpoint)
     catalog = existing_catalog(args.catalog)
-    decisions, not_found = checkpoint_decisions(catalog, lineage, args.checkpoint)
+    decisions, not_found = checkpoint_decisions(catalog, lineage, checkpoint)
     evals = eval_results(catalog, args.checkpoint)
     if args.json:
         extra = {"decisions_not_found": not_found} if not_found else {}

@@ -145,7 +145,7 @@ def checkpoint_dir(path: str | Path) -> Path:
 
 
 def checkpoint_decisions(
-    catalog: Catalog | None, lineage: dict[str, Any], path: str | Path
+    catalog: Catalog | None, lineage: dict[str, Any], checkpoint: Path
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The decisions that shaped the checkpoint's data, oldest first, and the decision ids its run
     folder's ``factory.json`` names that ``catalog`` does not hold (``catalog`` None: there is none).
@@ -153,7 +153,7 @@ def checkpoint_decisions(
     Shaping: the gates that promoted one of the snapshots it pinned and the mixture decisions that
     made its manifest (``lakehouse.decisions.shaping_decisions``), and every decision the
     orchestration listed for its run (the adopted ablations among them)."""
-    listed = run_decision_ids(path)
+    listed = run_decision_ids(checkpoint)
     recorded = [] if catalog is None else read_decisions(catalog)
     snapshots = {(c["table"], int(c["snapshot_id"])) for c in lineage.get("components", [])}
     fingerprint = lineage.get("manifest", {}).get("fingerprint")
@@ -163,9 +163,10 @@ def checkpoint_decisions(
     return rows, [d for d in dict.fromkeys(listed) if d not in found]
 
 
-def run_decision_ids(path: str | Path) -> list[str]:
-    """The decision ids the ``factory.json`` of the checkpoint's run folder lists; none without one."""
-    record_path = checkpoint_dir(path).parent.parent / RUN_RECORD
+def run_decision_ids(checkpoint: Path) -> list[str]:
+    """The decision ids the ``factory.json`` of the checkpoint's run folder (a ``checkpoints/step-N``
+    folder's ``../..``) lists; none without one."""
+    record_path = checkpoint.parent.parent / RUN_RECORD
     try:
         record = json.loads(record_path.read_text())
     except FileNotFoundError:
