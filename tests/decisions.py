@@ -20,7 +20,7 @@ def gate_decision(
     table: str = "decontaminated.code",
     production: int | None = 11,
     candidate: int = 12,
-    reason: str = "the candidate is not worse beyond seed noise: +0.0167 (p 0.41, 3 seeds, alpha 0.05)",
+    reason: str = "the candidate is not worse beyond seed noise: +0.0250 (p 0.41, 3 seeds, alpha 0.05)",
     sweep_id: str = "gate-code-0a1b",
     decided_at: str = "2026-01-01T10:00:00+00:00",
     factory: str = FACTORY,
