@@ -9,6 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from lakehouse.decisions import new_decision
+from mixtures.manifest import Manifest
+from mixtures.pin import pin
+from mixtures.spec import spec_from_dict
+from tests.corpora import make_table
 
 FACTORY = "team"
 
@@ -117,6 +121,28 @@ def ablation_decision(
         FACTORY, "ablation", subject, verdict, reason, inputs=inputs, evidence=evidence, before=before, after=after
     )
     return {**row, "decided_at": decided_at}
+
+
+def pinned_manifest(
+    catalog, path: Path, *, code_files: int = 1, weights: tuple[float, float] = (0.5, 0.5)
+) -> tuple[Manifest, list[int], int]:
+    """``decontaminated.code`` (a snapshot per file) and ``filtered.text`` made and pinned as
+    mixture ``main``, saved at ``path``: the manifest, code's snapshot ids oldest first, text's."""
+    code = make_table(catalog, "decontaminated.code", 20, kind="code", files=code_files)
+    text = make_table(catalog, "filtered.text", 20, files=1).current_snapshot().snapshot_id
+    spec = {
+        "name": "main",
+        "seed": 1,
+        "components": [
+            {"name": "code", "table": "decontaminated.code", "weight": weights[0]},
+            {"name": "text", "table": "filtered.text", "weight": weights[1]},
+        ],
+    }
+    manifest = pin(catalog, spec_from_dict(spec))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    manifest.save(path)
+    snapshots = [s.snapshot_id for s in sorted(code.snapshots(), key=lambda s: s.sequence_number)]
+    return manifest, snapshots, text
 
 
 def hand_made_checkpoint(run_dir: Path, manifest_path: Path, step: int = 4) -> Path:

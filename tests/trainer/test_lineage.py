@@ -13,15 +13,13 @@ from lakehouse.commit import Run, commit_files
 from lakehouse.decisions import record_decision
 from lakehouse.refs import PinnedRef
 from lakehouse.schemas import DOCUMENT_SCHEMA
-from mixtures.pin import pin
-from mixtures.spec import spec_from_dict
 from tests.conftest import run_factory
-from tests.corpora import make_table
 from tests.decisions import (
     ablation_decision,
     gate_decision,
     hand_made_checkpoint,
     mixture_decision,
+    pinned_manifest,
     write_run_record,
 )
 from trainer.lineage import format_lineage, pipeline_runs
@@ -71,18 +69,7 @@ def test_runs_are_walked_back_to_the_raw_inputs(catalog):
 def shaped_run(catalog, home: Path) -> tuple[Path, dict[str, dict]]:
     """A run on a manifest of two real tables, with decisions that shaped its data and others
     that did not recorded around it; its factory.json names one decision that is not recorded."""
-    code = make_table(catalog, "decontaminated.code", 20, kind="code", files=1).current_snapshot().snapshot_id
-    text = make_table(catalog, "filtered.text", 20, files=1).current_snapshot().snapshot_id
-    spec = {
-        "name": "main",
-        "seed": 1,
-        "components": [
-            {"name": "code", "table": "decontaminated.code", "weight": 0.5},
-            {"name": "text", "table": "filtered.text", "weight": 0.5},
-        ],
-    }
-    manifest = pin(catalog, spec_from_dict(spec))
-    manifest.save(home / "manifest.json")
+    manifest, (code,), text = pinned_manifest(catalog, home / "manifest.json")
     decisions = {
         "gate": gate_decision("code", production=3, candidate=code, decided_at="2026-01-01T00:00:00+00:00"),
         # Refused: the tag stayed on text's pinned snapshot, but a refusal shaped nothing.

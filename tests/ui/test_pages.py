@@ -14,8 +14,6 @@ from starlette.testclient import TestClient
 
 from lakehouse.decisions import record_decision
 from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
-from mixtures.pin import pin
-from mixtures.spec import spec_from_dict
 from tests.conftest import run_factory
 from tests.corpora import make_table
 from tests.decisions import (
@@ -23,6 +21,7 @@ from tests.decisions import (
     gate_decision,
     hand_made_checkpoint,
     mixture_decision,
+    pinned_manifest,
     write_run_record,
 )
 from ui import documents
@@ -165,21 +164,10 @@ def decided(catalog, factory_home) -> Decided:
     """Decisions of each kind over real tables, a pinned manifest, a run whose factory.json names
     the ablation it took, and the trials of the gate's sweep, one of whose runs is under the UI's
     folders."""
-    code_table = make_table(catalog, "decontaminated.code", 20, kind="code", files=2)
-    production, promoted = [s.snapshot_id for s in sorted(code_table.snapshots(), key=lambda s: s.sequence_number)]
-    text = make_table(catalog, "filtered.text", 20, files=1).current_snapshot().snapshot_id
-    spec = {
-        "name": "main",
-        "seed": 1,
-        "components": [
-            {"name": "code", "table": "decontaminated.code", "weight": 0.625},
-            {"name": "text", "table": "filtered.text", "weight": 0.375},
-        ],
-    }
     manifest_path = factory_home / "mixtures" / "main" / "manifest.json"
-    manifest_path.parent.mkdir(parents=True)
-    manifest = pin(catalog, spec_from_dict(spec))
-    manifest.save(manifest_path)
+    manifest, (production, promoted), text = pinned_manifest(
+        catalog, manifest_path, code_files=2, weights=(0.625, 0.375)
+    )
 
     trial_run = factory_home / "sweeps" / "gate-code-0a1b" / "runs" / "t1"
     trial_run.mkdir(parents=True)
