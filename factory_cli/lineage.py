@@ -1,4 +1,5 @@
-"""``factory lineage``: which data, exactly, made a checkpoint, and how it scored (``evals.results``)."""
+"""``factory lineage``: which data, exactly, made a checkpoint, the decisions that shaped that data
+(``factory.decisions``), and how it scored (``evals.results``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trainer.lineage import format_lineage, read_lineage
+from pyiceberg.catalog import Catalog
+
+from trainer.lineage import checkpoint_decisions, checkpoint_dir, format_lineage, read_lineage
 
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "lineage") -> None:
@@ -16,27 +19,52 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "lineage") -> No
 
 
 def run(args: argparse.Namespace) -> int:
-    lineage = read_lineage(args.checkpoint)
-    evals = eval_results(args.catalog, args.checkpoint)
+    checkpoint = checkpoint_dir(args.checkpoint)
+    lineage = read_lineage(checkpoint)
+    catalog = existing_catalog(args.catalog)
+    decisions, not_found = checkpoint_decisions(catalog, lineage, checkpoint)
+    evals = eval_results(catalog, args.checkpoint)
     if args.json:
-        print(json.dumps({**lineage, "evals": evals}, indent=2, sort_keys=True))
+        extra = {"decisions_not_found": not_found} if not_found else {}
+        print(json.dumps({**lineage, "decisions": decisions, **extra, "evals": evals}, indent=2, sort_keys=True))
     else:
         print(format_lineage(lineage))
+        print(format_decisions(decisions, not_found))
         print(format_evals(evals))
     return 0
 
 
-def eval_results(catalog_name: str | None, checkpoint: str) -> list[dict[str, Any]]:
-    """The checkpoint's rows in ``evals.results`` of the catalog (empty before any eval)."""
+def existing_catalog(catalog_name: str | None) -> Catalog | None:
+    """The catalog ``--catalog`` names, else the embedded one if this machine has it; None if not."""
     import os
 
-    from evals.checkpoint_model import resolve_checkpoint
-    from evals.results import checkpoint_results
     from lakehouse.catalog import factory_home, load_catalog
 
     if not (catalog_name or os.environ.get("FACTORY_CATALOG")) and not (factory_home() / "catalog.db").exists():
-        return []  # no embedded lakehouse here: nothing evaluated, and none made just to look
-    return checkpoint_results(load_catalog(catalog_name), str(resolve_checkpoint(Path(checkpoint))))
+        return None  # no embedded lakehouse here: nothing evaluated or decided, and none made just to look
+    return load_catalog(catalog_name)
+
+
+def eval_results(catalog: Catalog | None, checkpoint: str) -> list[dict[str, Any]]:
+    """The checkpoint's rows in ``evals.results`` of the catalog (empty before any eval)."""
+    if catalog is None:
+        return []
+    from evals.checkpoint_model import resolve_checkpoint
+    from evals.results import checkpoint_results
+
+    return checkpoint_results(catalog, str(resolve_checkpoint(Path(checkpoint))))
+
+
+def format_decisions(rows: list[dict[str, Any]], not_found: list[str]) -> str:
+    if not rows and not not_found:
+        return "decisions: none recorded for its snapshots, manifest or run (factory decisions lists them all)"
+    lines = ["decisions that shaped it (factory.decisions):"]
+    for row in rows:
+        reason = " ".join(row["reason"].split())
+        lines.append(f"  {row['kind']} {row['subject']}: {row['verdict']}, {reason}  [{row['decision_id']}]")
+    for decision_id in not_found:
+        lines.append(f"  [{decision_id}] named by the run's factory.json, not recorded in this catalog")
+    return "\n".join(lines)
 
 
 def format_evals(rows: list[dict[str, Any]]) -> str:

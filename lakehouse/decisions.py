@@ -116,16 +116,24 @@ def find_decision(catalog: Catalog, decision_id_: str) -> dict[str, Any] | None:
     return rows[0] if rows else None
 
 
-def read_decisions(catalog: Catalog, *, row_filter: Any = None, factory: str | None = None) -> list[dict[str, Any]]:
-    """Every recorded decision (of one factory, if named), oldest first, JSON columns decoded."""
+def read_decisions(
+    catalog: Catalog,
+    *,
+    row_filter: Any = None,
+    factory: str | None = None,
+    kind: str | None = None,
+    subject: str | None = None,
+) -> list[dict[str, Any]]:
+    """Every recorded decision (of one factory, kind or subject, if named), oldest first, JSON
+    columns decoded."""
     if not catalog.table_exists(DECISIONS_TABLE):
         return []
     table = catalog.load_table(DECISIONS_TABLE)
     if table.current_snapshot() is None:
         return []
-    if factory is not None:
-        factory_filter = EqualTo("factory", factory)
-        row_filter = factory_filter if row_filter is None else row_filter & factory_filter
+    for column, value in (("factory", factory), ("kind", kind), ("subject", subject)):
+        if value is not None:
+            row_filter = EqualTo(column, value) if row_filter is None else row_filter & EqualTo(column, value)
     scan = table.scan() if row_filter is None else table.scan(row_filter=row_filter)
     rows = decode_json(scan.to_arrow().to_pylist(), JSON_COLUMNS)
     return sorted(rows, key=lambda r: (r["decided_at"], r["decision_id"]))
@@ -146,3 +154,35 @@ def shaping_decisions(
         elif row["kind"] == "mixture" and after.get("fingerprint") == fingerprint:
             shaped.append(row)
     return shaped
+
+
+def describe_change(row: Mapping[str, Any]) -> str:
+    """What a decision changed, in a few words: ``@11 → @12`` (a tag), fingerprint prefixes (a
+    manifest), ``+key=value`` (overrides a run takes); ``unchanged`` when it kept what was there."""
+    before, after = row.get("before") or {}, row.get("after") or {}
+    if row["kind"] == "refinement-gate":
+        return _arrow(_snapshot(before), _snapshot(after))
+    if row["kind"] == "mixture":
+        return _arrow(_fingerprint_prefix(before), _fingerprint_prefix(after))
+    if row["kind"] == "ablation":
+        old, new = list(before.get("overrides") or []), list(after.get("overrides") or [])
+        changes = [f"-{o}" for o in old if o not in new] + [f"+{o}" for o in new if o not in old]
+        return " ".join(changes) if changes else ("unchanged" if before or after else "-")
+    return "-"
+
+
+def _snapshot(state: Mapping[str, Any]) -> str | None:
+    return None if state.get("snapshot_id") is None else f"@{state['snapshot_id']}"
+
+
+def _fingerprint_prefix(state: Mapping[str, Any]) -> str | None:
+    fingerprint = state.get("fingerprint")
+    return None if not fingerprint else str(fingerprint).removeprefix("sha256:")[:12]
+
+
+def _arrow(old: str | None, new: str | None) -> str:
+    if old is None and new is None:
+        return "-"
+    if old == new:
+        return f"{old} unchanged"
+    return f"{old or 'none'} → {new or 'none'}"

@@ -16,8 +16,12 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table.snapshots import Operation, ancestors_of
 
 from lakehouse.commit import snapshot_stats, summary_properties
+from lakehouse.decisions import read_decisions, shaping_decisions
 from lakehouse.errors import InputError
 from lakehouse.refs import parse_identifier
+
+# What the orchestration writes in a run folder: {"factory", "run", "decisions": [decision ids], …}.
+RUN_RECORD = "factory.json"
 
 # Operations after which older snapshots no longer contribute rows to the table's content.
 _REPLACING = {Operation.OVERWRITE, Operation.REPLACE, Operation.DELETE}
@@ -138,3 +142,38 @@ def checkpoint_dir(path: str | Path) -> Path:
     if not (path / COMPLETE).is_file():
         raise InputError(f"{path} is an incomplete checkpoint (no {COMPLETE} marker): a save was interrupted")
     return path
+
+
+def checkpoint_decisions(
+    catalog: Catalog | None, lineage: dict[str, Any], checkpoint: Path
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The decisions that shaped the checkpoint's data, oldest first, and the decision ids its run
+    folder's ``factory.json`` names that ``catalog`` does not hold (``catalog`` None: there is none).
+
+    Shaping: the gates that promoted one of the snapshots it pinned and the mixture decisions that
+    made its manifest (``lakehouse.decisions.shaping_decisions``), and every decision the
+    orchestration listed for its run (the adopted ablations among them)."""
+    listed = run_decision_ids(checkpoint)
+    recorded = [] if catalog is None else read_decisions(catalog)
+    snapshots = {(c["table"], int(c["snapshot_id"])) for c in lineage.get("components", [])}
+    fingerprint = lineage.get("manifest", {}).get("fingerprint")
+    wanted = {r["decision_id"] for r in shaping_decisions(recorded, fingerprint, snapshots)} | set(listed)
+    rows = [r for r in recorded if r["decision_id"] in wanted]
+    found = {r["decision_id"] for r in rows}
+    return rows, [d for d in dict.fromkeys(listed) if d not in found]
+
+
+def run_decision_ids(checkpoint: Path) -> list[str]:
+    """The decision ids the ``factory.json`` of the checkpoint's run folder (a ``checkpoints/step-N``
+    folder's ``../..``) lists; none without one."""
+    record_path = checkpoint.parent.parent / RUN_RECORD
+    try:
+        record = json.loads(record_path.read_text())
+    except FileNotFoundError:
+        return []  # a run started by hand, not by the orchestration
+    except ValueError as exc:
+        raise InputError(f"{record_path} is not JSON ({exc}); it should name the run's decisions") from None
+    ids = record.get("decisions", []) if isinstance(record, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise InputError(f'{record_path}: "decisions" should be a list of decision ids, got {ids!r}')
+    return ids

@@ -20,9 +20,11 @@ from starlette.exceptions import HTTPException
 
 from lakehouse.catalog import list_tables, load_table, resolve
 from lakehouse.commit import snapshot_stats, summary_properties
+from lakehouse.decisions import VERDICTS
 from lakehouse.errors import FactoryError, RefNotFoundError, TableNotFoundError
 from lakehouse.refs import format_identifier, parse_identifier
 from ui import clusters as cluster_pages
+from ui import decisions as decision_pages
 from ui import documents, quarantine
 from ui.evals import run_evals, trials
 from ui.graph import NODE_H, NODE_W, snapshot_graph, snapshot_href
@@ -40,6 +42,7 @@ def create_app(sources: Sources) -> FastAPI:
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True)
     env.filters["q"] = lambda value: quote(str(value), safe="")
     env.filters["pretty"] = lambda value: json.dumps(value, indent=2, sort_keys=True, default=str)
+    env.filters["num"] = _number
     env.globals.update(NODE_W=NODE_W, NODE_H=NODE_H, snapshot_href=snapshot_href)
     app = FastAPI(title="Model Factory", docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -90,7 +93,15 @@ def create_app(sources: Sources) -> FastAPI:
                     "refs": sorted(r for r in table.metadata.refs if r != "main"),
                 }
             )
-        return page("home.html", tables=rows, runs=sources.runs(), manifests=sources.manifests())
+        decisions = decision_pages.list_decisions(sources)
+        return page(
+            "home.html",
+            tables=rows,
+            runs=sources.runs(),
+            manifests=sources.manifests(),
+            decisions=decisions[: decision_pages.HOME_DECISIONS],
+            decisions_total=len(decisions),
+        )
 
     @app.get("/tables/{name}", response_class=HTMLResponse)
     def table_page(name: str):
@@ -191,7 +202,17 @@ def create_app(sources: Sources) -> FastAPI:
         if step_dir is None:
             raise NotFound(f"run {key!r} has no complete checkpoint at step {step}")
         lineage = read_json(step_dir / "lineage.json")
-        return page("checkpoint.html", run=run, step=int(step), lineage=lineage, path=step_dir)
+        shaped, not_found, decisions_error = decision_pages.shaping(sources, lineage, step_dir)
+        return page(
+            "checkpoint.html",
+            run=run,
+            step=int(step),
+            lineage=lineage,
+            path=step_dir,
+            decisions=shaped,
+            decisions_not_found=not_found,
+            decisions_error=decisions_error,
+        )
 
     @app.get("/runs/{key:path}", response_class=HTMLResponse)
     def run_page(key: str):
@@ -214,9 +235,20 @@ def create_app(sources: Sources) -> FastAPI:
         )
 
     @app.get("/sweeps", response_class=HTMLResponse)
-    def sweeps_page(sort: str = ""):
-        found = trials(sources, sort)
-        return page("sweeps.html", found=found, sort=sort)
+    def sweeps_page(sort: str = "", sweep: str = ""):
+        found = trials(sources, sort, sweep)
+        run_keys = {str(run.path): run.key for run in sources.runs()}
+        return page("sweeps.html", found=found, sort=sort, sweep=sweep, run_keys=run_keys)
+
+    @app.get("/decisions", response_class=HTMLResponse)
+    def decisions_page(kind: str = "", subject: str = ""):
+        rows = decision_pages.list_decisions(sources, kind, subject)
+        return page("decisions.html", rows=rows, kind=kind, subject=subject, kinds=list(VERDICTS))
+
+    @app.get("/decisions/{decision_id}", response_class=HTMLResponse)
+    def decision_page(decision_id: str):
+        found = decision_pages.decision(sources, decision_id)
+        return page("decision.html", d=found, row=found["row"])
 
     return app
 
@@ -248,6 +280,13 @@ def _snapshot_record(table, snapshot) -> dict:
         "params": params,
         "stats": snapshot_stats(snapshot),
     }
+
+
+def _number(value) -> str:
+    # Metrics as recorded carry 17 digits; six tell them apart, and the record's JSON keeps the rest.
+    if value is None:
+        return ""
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def _json_or(text: str, default):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ui.sources import EVALS_TABLE, TRIALS_TABLE, BadRequest, Sources
+from pyiceberg.expressions import EqualTo
+
+from ui.sources import EVALS_TABLE, TRIALS_TABLE, BadRequest, NotFound, Sources
 
 # These tables hold one row per result or trial: small next to document tables, read whole.
 MAX_ROWS = 20000
@@ -24,15 +26,25 @@ def run_evals(sources: Sources, run_key: str, run_name: str, run_path: str) -> l
     ]
 
 
-def trials(sources: Sources, sort: str = "") -> tuple[list[str], dict[str, list[dict]]] | None:
-    """Columns and rows per sweep (ascending by ``sort``, missing values last), or None when there
-    is no trials table."""
+def trials(sources: Sources, sort: str = "", sweep: str = "") -> tuple[list[str], dict[str, list[dict]]] | None:
+    """Columns and rows per sweep (ascending by ``sort``, missing values last; only sweep ``sweep``
+    if given), or None when there is no trials table."""
     table = sources.optional_table(TRIALS_TABLE)
     if table is None:
+        if sweep:
+            raise NotFound(f"no trials of sweep {sweep!r}: there is no experiments.trials table in this catalog")
         return None
-    data = (
-        table.scan(limit=MAX_ROWS).to_arrow() if table.current_snapshot() else table.schema().as_arrow().empty_table()
-    )
+    columns = table.schema().as_arrow().names
+    if sweep and "sweep_id" not in columns:
+        raise BadRequest("experiments.trials has no sweep_id column to find a sweep by")
+    if not table.current_snapshot():
+        data = table.schema().as_arrow().empty_table()
+    elif sweep:
+        data = table.scan(row_filter=EqualTo("sweep_id", sweep), limit=MAX_ROWS).to_arrow()
+    else:
+        data = table.scan(limit=MAX_ROWS).to_arrow()
+    if sweep and data.num_rows == 0:
+        raise NotFound(f"no trials of sweep {sweep!r} in experiments.trials")
     if sort and sort not in data.column_names:
         raise BadRequest(f"experiments.trials has no column {sort!r} to sort by")
     rows = data.to_pylist()

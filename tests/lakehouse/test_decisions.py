@@ -7,6 +7,7 @@ import pytest
 from lakehouse.decisions import (
     DECISIONS_TABLE,
     decision_id,
+    describe_change,
     find_decision,
     new_decision,
     read_decisions,
@@ -74,3 +75,30 @@ def test_the_decisions_that_shaped_a_manifest():
     rows = [promoted, refused, mixture, unrelated]
     shaped = shaping_decisions(rows, "sha256:ab", {("decontaminated.code", 12), ("filtered.text", 5)})
     assert shaped == [promoted, mixture]
+
+
+def test_what_a_decision_changed_in_a_few_words():
+    first = gate(inputs={**INPUTS, "production": None})
+    first["before"] = None
+    assert describe_change(first) == "none → @12"
+    assert describe_change(gate()) == "@11 → @12"
+    kept = gate("refused")
+    kept["after"] = kept["before"]
+    assert describe_change(kept) == "@11 unchanged"
+    mixture = new_decision(
+        "team", "mixture", "main", "determined", "search", inputs={}, after={"fingerprint": "sha256:" + "ab" * 32}
+    )
+    assert describe_change(mixture) == "none → abababababab"
+    adopted = new_decision(
+        "team",
+        "ablation",
+        "lr",
+        "adopted",
+        "won",
+        inputs={},
+        before={"run": "r", "overrides": ["a=1", "b=2"]},
+        after={"run": "r", "overrides": ["a=1", "b=3"]},
+    )
+    assert describe_change(adopted) == "-b=2 +b=3"
+    adopted["after"] = adopted["before"]
+    assert describe_change(adopted) == "unchanged"

@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
+
+from factory_cli.main import main
 from lakehouse.catalog import ensure_table
 from lakehouse.commit import Run, commit_files
+from lakehouse.decisions import record_decision
 from lakehouse.refs import PinnedRef
 from lakehouse.schemas import DOCUMENT_SCHEMA
+from tests.conftest import run_factory
+from tests.decisions import (
+    ablation_decision,
+    gate_decision,
+    hand_made_checkpoint,
+    mixture_decision,
+    pinned_manifest,
+    write_run_record,
+)
 from trainer.lineage import format_lineage, pipeline_runs
 
 
@@ -48,3 +64,85 @@ def test_runs_are_walked_back_to_the_raw_inputs(catalog):
         }
     )
     assert "filter run fl-1" in text and "dedup run dd-1" in text and "from file:///src/a" in text
+
+
+def shaped_run(catalog, home: Path) -> tuple[Path, dict[str, dict]]:
+    """A run on a manifest of two real tables, with decisions that shaped its data and others
+    that did not recorded around it; its factory.json names one decision that is not recorded."""
+    manifest, (code,), text = pinned_manifest(catalog, home / "manifest.json")
+    decisions = {
+        "gate": gate_decision("code", production=3, candidate=code, decided_at="2026-01-01T00:00:00+00:00"),
+        # Refused: the tag stayed on text's pinned snapshot, but a refusal shaped nothing.
+        "refused": gate_decision("text", "refused", table="filtered.text", production=text, candidate=text + 1),
+        "other gate": gate_decision("code", production=code, candidate=code + 1),  # promoted, not pinned here
+        "mixture": mixture_decision(after_fingerprint=manifest.fingerprint, decided_at="2026-01-02T00:00:00+00:00"),
+        "other mixture": mixture_decision(
+            after_fingerprint="sha256:" + "cd" * 32, components={"code": f"decontaminated.code@{code + 1}"}
+        ),
+        "ablation": ablation_decision(decided_at="2026-01-03T00:00:00+00:00"),
+        "rejected": ablation_decision("warmup", "rejected"),
+    }
+    for row in decisions.values():
+        assert record_decision(catalog, row) is not None  # each its own decision
+    run_dir = home / "runs" / "tiny"
+    hand_made_checkpoint(run_dir, home / "manifest.json")
+    write_run_record(run_dir, "tiny", [decisions["ablation"]["decision_id"], "ablation-gone-0000"])
+    return run_dir, decisions
+
+
+def test_lineage_names_the_decisions_that_shaped_its_data(catalog, factory_home, capsys):
+    run_dir, decisions = shaped_run(catalog, factory_home)
+    assert main(["lineage", str(run_dir), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    # The gate that promoted a pinned snapshot, the mixture that made the manifest, the ablation
+    # the run's factory.json names: oldest first, whole rows.
+    assert printed["decisions"] == [decisions["gate"], decisions["mixture"], decisions["ablation"]]
+    assert printed["decisions_not_found"] == ["ablation-gone-0000"]
+
+    assert main(["lineage", str(run_dir / "checkpoints" / "step-4")]) == 0
+    text = capsys.readouterr().out
+    assert text.index("data:") < text.index("decisions that shaped it") < text.index("evals: none yet")
+    lines = text[text.index("decisions that shaped it") :].splitlines()[1:5]
+    gate, mixture, ablation = (decisions[k] for k in ("gate", "mixture", "ablation"))
+    assert lines[0] == f"  refinement-gate code: promoted, {gate['reason']}  [{gate['decision_id']}]"
+    assert lines[1].startswith("  mixture main: determined, a search of 8") and mixture["decision_id"] in lines[1]
+    assert lines[2].startswith("  ablation lr: adopted, low-lr") and ablation["decision_id"] in lines[2]
+    assert lines[3] == "  [ablation-gone-0000] named by the run's factory.json, not recorded in this catalog"
+
+
+def test_a_run_record_is_optional_and_a_broken_one_is_named(factory_home, tmp_path, capsys):
+    manifest = {
+        "name": "m",
+        "fingerprint": "sha256:" + "12" * 32,
+        "components": [{"name": "a", "table": "raw.a", "snapshot_id": 5, "weight": 1.0}],
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    run_dir = tmp_path / "run"
+    hand_made_checkpoint(run_dir, tmp_path / "manifest.json")
+    assert main(["lineage", str(run_dir)]) == 0  # no factory.json: a run started by hand
+    assert "decisions: none recorded for its snapshots, manifest or run" in capsys.readouterr().out
+    assert not factory_home.exists()  # no lakehouse here, and none made just to look
+
+    write_run_record(run_dir, "r", ["mixture-m-00"])
+    assert main(["lineage", str(run_dir), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["decisions"] == [] and printed["decisions_not_found"] == ["mixture-m-00"]
+
+    (run_dir / "factory.json").write_text('{"decisions": ["cut sho')
+    assert main(["lineage", str(run_dir)]) == 2
+    assert f"{run_dir / 'factory.json'} is not JSON" in capsys.readouterr().err
+    (run_dir / "factory.json").write_text('{"decisions": "mixture-m-00"}')
+    assert main(["lineage", str(run_dir)]) == 2
+    assert '"decisions" should be a list of decision ids' in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_factory_lineage_prints_the_decisions_after_the_data(catalog, factory_home):
+    run_dir, decisions = shaped_run(catalog, factory_home)
+    done = run_factory("lineage", str(run_dir))
+    assert done.returncode == 0, done.stderr[-3000:]
+    after_data = done.stdout[done.stdout.index("data:") :]
+    for key in ("gate", "mixture", "ablation"):
+        assert decisions[key]["decision_id"] in after_data
+    for key in ("refused", "other gate", "other mixture", "rejected"):
+        assert decisions[key]["decision_id"] not in done.stdout

@@ -1,5 +1,6 @@
 """One small factory built by the real jobs for the UI tests: ingest → dedup → filter → pin →
-train (torchrun, 1 rank) → checkpoints, plus an eval-results and a sweep-trials table."""
+train (torchrun, 1 rank) → checkpoints, plus an eval-results and a sweep-trials table, and the
+decisions (factory.decisions) that promoted its filtered snapshot and determined its mixture."""
 
 from __future__ import annotations
 
@@ -203,9 +204,44 @@ def build(spark, home: Path) -> BuiltFactory:
     catalog.create_namespace_if_not_exists("experiments")
     catalog.create_table(("experiments", "trials"), trials.schema).append(trials)
 
+    record_decisions(catalog, home, run_dir, fingerprint)
+
     ids = catalog.load_table(("raw", "web")).scan(selected_fields=("path", "doc_id")).to_arrow().to_pylist()
     by_path = {r["path"]: r["doc_id"] for r in ids}
     return BuiltFactory(home, raw_file, run_dir, "runs/tiny", by_path["xss"], by_path["near-a"], by_path["near-b"])
+
+
+def record_decisions(catalog, home: Path, run_dir: Path, fingerprint: str) -> None:
+    """A gate that promoted filtered.web's snapshot on the evidence of sweep lr-sweep's trials, one
+    that refused another for a reason holding markup, the mixture decision that made the manifest,
+    and the ablation the run's factory.json says it took."""
+    from lakehouse.decisions import record_decision
+    from tests.decisions import ablation_decision, gate_decision, mixture_decision, write_run_record
+
+    filtered = catalog.load_table(("filtered", "web")).current_snapshot().snapshot_id
+    ablation = ablation_decision(run="tiny", decided_at="2026-01-03T10:00:00+00:00")
+    for row in (
+        gate_decision("web", table="filtered.web", production=None, candidate=filtered, sweep_id="lr-sweep"),
+        gate_decision(
+            "web",
+            "refused",
+            table="filtered.web",
+            production=filtered,
+            candidate=filtered + 1,
+            reason=XSS,
+            decided_at="2026-01-01T12:00:00+00:00",
+        ),
+        mixture_decision(
+            "web-mix",
+            before_fingerprint=None,
+            after_fingerprint=fingerprint,
+            manifest=str(home / "manifest.json"),
+            components={"web": f"filtered.web@{filtered}"},
+        ),
+        ablation,
+    ):
+        assert record_decision(catalog, row) is not None
+    write_run_record(run_dir, "tiny", [ablation["decision_id"]])
 
 
 class Server:

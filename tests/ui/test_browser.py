@@ -191,6 +191,50 @@ def test_manifest_and_sweeps(page, shots):
     assert page.locator("table.trials tr").nth(1).inner_text().split("\t")[1] == "t1"  # final_loss 4.1 < 4.4
 
 
+def test_from_home_to_a_decision_and_on_to_its_evidence(page, factory, shots):
+    page.goto("/")
+    page.click("#decisions-link")
+    assert page.locator("h1").inner_text() == "Decisions"
+    verdicts = page.locator("table.decisions a.decision").all_inner_texts()
+    assert verdicts == ["adopted", "determined", "refused", "promoted"]  # newest first
+    reasons = page.locator("table.decisions td.reason").all_inner_texts()
+    assert reasons[2].startswith("Notes <script>window.__xss = 1;")  # a reason holding markup: text
+    snap(page, shots, "decisions")
+
+    page.select_option("select[name=kind]", "refinement-gate")
+    page.click("#filter button")
+    assert page.locator("table.decisions a.decision").all_inner_texts() == ["refused", "promoted"]
+    page.click("table.decisions a.decision:text-is('promoted')")
+    assert page.locator("#verdict").inner_text() == "promoted"
+    assert page.locator("#change").inner_text().startswith("none → @")
+    seeds = page.locator("#by-seed tr").all_inner_texts()
+    assert seeds[0].split() == ["seed", "base", "candidate", "difference"] and seeds[1].split() == [
+        "1",
+        "5.125",
+        "5",
+        "-0.125",
+    ]
+    assert page.locator("#comparisons .p-value").inner_text() == "0.4125"
+    snap(page, shots, "decision")
+
+    page.click("#sweep-link")  # the evidence: the trials the gate weighed
+    assert page.locator("h1").inner_text() == "Sweeps: lr-sweep"
+    assert [t.strip() for t in page.locator("table.trials tr td:nth-child(2)").all_inner_texts()] == ["t1", "t2"]
+    page.go_back()
+    page.locator("#after a.snapshot-link").click()  # the snapshot it promoted
+    assert page.locator("h1").inner_text().startswith("filtered.web@") and "v1" in page.locator("p").first.inner_text()
+
+    page.goto("/decisions?kind=mixture")
+    page.click("table.decisions a.decision")
+    page.click("#after a.manifest-link")  # the manifest the mixture decision made
+    assert "web · weight 1.0000" in page.locator("h2").first.inner_text()
+    page.goto(f"/runs/{factory.run_key}/checkpoints/4")
+    shaped = page.locator("#checkpoint-decisions a.decision").all_inner_texts()
+    assert shaped == ["refinement-gate web: promoted", "mixture web-mix: determined", "ablation lr: adopted"]
+    assert page.evaluate("() => window.__xss") is None
+    assert not [m for m in page.console_messages_seen if "XSS-RAN" in m]
+
+
 def test_bad_links_give_clear_pages(page):
     for url, status, says in [
         ("/tables/raw.nope", 404, "does not exist"),

@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import html
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pytest
 from starlette.testclient import TestClient
 
+from lakehouse.decisions import record_decision
 from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
 from tests.conftest import run_factory
 from tests.corpora import make_table
+from tests.decisions import (
+    ablation_decision,
+    gate_decision,
+    hand_made_checkpoint,
+    mixture_decision,
+    pinned_manifest,
+    write_run_record,
+)
 from ui import documents
 from ui.app import create_app
 from ui.sources import Sources
@@ -115,6 +128,8 @@ BAD_REQUESTS = [
     ("/runs/nope", 404, "no training run 'nope'"),
     ("/runs/nope/checkpoints/3", 404, "no training run"),
     ("/manifests/abc", 404, "no manifest"),
+    ("/decisions/nope", 404, "no decision 'nope' in factory.decisions"),
+    ("/sweeps?sweep=nope", 404, "no trials of sweep 'nope'"),
     ("/no/such/page", 404, "no such page"),
 ]
 
@@ -131,3 +146,211 @@ def test_bad_requests_get_a_clear_page_never_a_traceback(catalog, client):
 def test_factory_ui_refuses_a_port_that_is_no_port(factory_home):
     done = run_factory("ui", "--port", "70000")
     assert done.returncode == 2 and "--port must be between 0 and 65535" in done.stderr
+
+
+@dataclass(frozen=True)
+class Decided:
+    gate: dict
+    refused: dict
+    mixture: dict
+    ablation: dict
+    code: tuple[int, int]  # decontaminated.code's snapshots: the production one, the promoted one
+    fingerprint: str
+    trial_run: Path
+
+
+@pytest.fixture
+def decided(catalog, factory_home) -> Decided:
+    """Decisions of each kind over real tables, a pinned manifest, a run whose factory.json names
+    the ablation it took, and the trials of the gate's sweep, one of whose runs is under the UI's
+    folders."""
+    manifest_path = factory_home / "mixtures" / "main" / "manifest.json"
+    manifest, (production, promoted), text = pinned_manifest(
+        catalog, manifest_path, code_files=2, weights=(0.625, 0.375)
+    )
+
+    trial_run = factory_home / "sweeps" / "gate-code-0a1b" / "runs" / "t1"
+    trial_run.mkdir(parents=True)
+    (trial_run / "metrics.jsonl").write_text("")
+    trials = pa.table(
+        {
+            "sweep_id": ["gate-code-0a1b", "gate-code-0a1b", "other-sweep"],
+            "trial_id": ["t1", "t2", "t9"],
+            "run_dir": [str(trial_run), "/elsewhere/t2", "/elsewhere/t9"],
+            "final_loss": [5.0, 5.5, 3.0],
+        }
+    )
+    catalog.create_namespace_if_not_exists("experiments")
+    catalog.create_table(("experiments", "trials"), trials.schema).append(trials)
+
+    gate = gate_decision("code", production=production, candidate=promoted)
+    refused = gate_decision(
+        "text",
+        "refused",
+        table="filtered.text",
+        production=text,
+        candidate=text + 1,
+        reason=f"worse beyond seed noise {XSS}",
+        decided_at="2026-01-01T11:00:00+00:00",
+    )
+    mixture = mixture_decision(
+        components={"code": f"decontaminated.code@{promoted}", "text": f"filtered.text@{text}"},
+        manifest=str(manifest_path),
+        after_fingerprint=manifest.fingerprint,
+    )
+    ablation = ablation_decision(runs=[str(trial_run)])
+    for row in (gate, refused, mixture, ablation):
+        assert record_decision(catalog, row) is not None
+    run_dir = factory_home / "runs" / "tiny"
+    hand_made_checkpoint(run_dir, manifest_path)
+    write_run_record(run_dir, "tiny", [ablation["decision_id"]])
+    return Decided(gate, refused, mixture, ablation, (production, promoted), manifest.fingerprint, trial_run)
+
+
+def links(page: str, css_class: str) -> list[str]:
+    """The targets of the page's links of ``css_class``, in order, as a browser would request them."""
+    return [html.unescape(h) for h in re.findall(rf'<a class="{css_class}" href="([^"]*)"', page)]
+
+
+def decision_ids(page: str) -> list[str]:
+    return [unquote(h.removeprefix("/decisions/")) for h in links(page, "decision")]
+
+
+def test_no_decisions_yet(client):
+    listed = client.get("/decisions")
+    assert listed.status_code == 200 and "no decisions recorded yet" in listed.text
+    home = client.get("/")
+    assert 'id="decisions-link" href="/decisions"' in home.text and "none recorded yet" in home.text
+
+
+def test_decisions_newest_first_filtered_and_linked_from_home(client, decided):
+    everything = [decided.ablation, decided.mixture, decided.refused, decided.gate]  # newest first
+    home = client.get("/")
+    assert 'href="/decisions"' in home.text.split("</header>")[0]  # the navigation
+    assert 'id="decisions-link" href="/decisions">all 4 decisions' in home.text
+    assert decision_ids(home.text) == [d["decision_id"] for d in everything]
+
+    listed = client.get("/decisions")
+    assert listed.status_code == 200
+    assert decision_ids(listed.text) == [d["decision_id"] for d in everything]
+    assert "@11" not in listed.text and f"@{decided.code[0]} → @{decided.code[1]}" in listed.text
+    assert "+optim.lr=0.001" in listed.text
+
+    gates = client.get("/decisions?kind=refinement-gate")
+    assert decision_ids(gates.text) == [decided.refused["decision_id"], decided.gate["decision_id"]]
+    assert '<option value="refinement-gate" selected>' in gates.text
+    by_subject = client.get("/decisions?subject=text")
+    assert decision_ids(by_subject.text) == [decided.refused["decision_id"]]
+    # Each kind and subject links to its own filter.
+    assert "/decisions?subject=text" in links(listed.text, "subject")
+    nothing = client.get("/decisions?kind=mixture&subject=code")
+    assert decision_ids(nothing.text) == [] and "no recorded decision matches" in nothing.text
+
+
+def test_a_gate_decision_shows_its_metrics_by_seed_and_links_to_its_evidence(client, decided):
+    page = client.get(f"/decisions/{decided.gate['decision_id']}")
+    assert page.status_code == 200, page.text[-500:]
+    text = html.unescape(page.text)
+    assert decided.gate["reason"] in text and '<span id="verdict">promoted</span>' in text
+    seeds = re.findall(r"<tr><td>(\d)</td>(.*?)</tr>", page.text.split('id="by-seed"')[1].split("</table>")[0])
+    cells = [(i, re.findall(r'<td class="mono">([^<]*)</td>', row)) for i, row in seeds]
+    assert cells == [
+        ("1", ["5.125", "5", "-0.125"]),
+        ("2", ["5.25", "5.5", "0.25"]),
+        ("3", ["5", "4.95", "-0.05"]),
+    ]
+    comparisons = page.text.split('id="comparisons"')[1].split("</table>")[0]
+    assert '<td class="mono p-value">0.4125</td>' in comparisons
+    assert '<td class="mono interval">[-0.3375, 0.3708]</td>' in comparisons
+    assert "<th>mode</th>" in page.text and "not-worse" in page.text  # the evidence's other facts
+
+    production, promoted = decided.code
+    snapshots = links(page.text, "snapshot-link")
+    assert f"/tables/decontaminated.code/snapshots/{production}" in snapshots
+    assert f"/tables/decontaminated.code/snapshots/{promoted}" in snapshots
+    for target in set(snapshots):
+        opened = client.get(target)
+        assert opened.status_code == 200 and "decontaminated.code" in opened.text, target
+
+    (sweep,) = links(page.text, "evidence-link")
+    assert sweep == "/sweeps?sweep=gate-code-0a1b"
+    trials = client.get(sweep)
+    assert trials.status_code == 200
+    assert ">t1<" in trials.text and ">t2<" in trials.text and "t9" not in trials.text  # that sweep only
+    assert links(trials.text, "run-link") == ["/runs/sweeps/gate-code-0a1b/runs/t1"]  # the trial's run, found
+    assert client.get("/runs/sweeps/gate-code-0a1b/runs/t1").status_code == 200
+    sorted_trials = client.get("/sweeps?sweep=gate-code-0a1b&sort=final_loss")
+    assert 'href="/sweeps?sweep=gate-code-0a1b&amp;sort=trial_id"' in sorted_trials.text  # sorting keeps the sweep
+    assert "other-sweep" in client.get("/sweeps").text
+
+
+def test_a_mixture_decision_links_its_manifest_and_snapshots(client, decided):
+    page = client.get(f"/decisions/{decided.mixture['decision_id']}")
+    assert page.status_code == 200, page.text[-500:]
+    (manifest,) = links(page.text, "manifest-link")  # the one made; the one before is not under the folders
+    assert unquote(manifest) == f"/manifests/{decided.fingerprint}"
+    assert "(not under the UI's folders)" in page.text and "0f0f0f0f" in page.text
+    opened = client.get(manifest)
+    assert opened.status_code == 200 and "Manifest main" in opened.text
+    components = set(links(page.text, "snapshot-link"))
+    assert f"/tables/decontaminated.code/snapshots/{decided.code[1]}" in components
+    assert any(target.startswith("/tables/filtered.text/snapshots/") for target in components)
+    weights = page.text.split('id="after"')[1].split('class="weights"')[1].split("</table>")[0]
+    assert re.findall(r"<td>(\w+)</td><td class=\"mono\">([\d.]+)</td>", weights) == [
+        ("code", "0.625"),
+        ("text", "0.375"),
+    ]
+    assert "<th>fit</th>" in page.text and "cv_spearman" in page.text
+
+
+def test_an_ablation_decision_shows_its_variants_overrides_and_runs(client, decided):
+    page = client.get(f"/decisions/{decided.ablation['decision_id']}")
+    assert page.status_code == 200, page.text[-500:]
+    header = page.text.split('id="by-seed"')[1].split("</tr>")[0]
+    assert "<th>base</th><th>low-lr</th>" in header
+    comparisons = page.text.split('id="comparisons"')[1].split("</table>")[0]
+    assert "<td>low-lr</td>" in comparisons and "-0.25" in comparisons and "<td>yes</td>" in comparisons
+    after = page.text.split('id="after"')[1].split("</div>")[0]
+    assert "<code>optim.lr=0.001</code>" in after and "<code>train.steps=4</code>" in after
+    assert "optim.lr" not in page.text.split('id="before"')[1].split("</div>")[0]
+    runs = dict(
+        re.findall(r'<a class="run-link" href="([^"]*)">[^<]*</a> <span class="muted">([^<]*)</span>', page.text)
+    )
+    assert runs == {
+        "/runs/runs/tiny": "took this decision",
+        "/runs/sweeps/gate-code-0a1b/runs/t1": "weighed as evidence",
+    }
+    for target in runs:
+        assert client.get(target).status_code == 200, target
+
+
+def test_a_checkpoint_page_names_the_decisions_that_shaped_its_data(client, decided, factory_home):
+    page = client.get("/runs/runs/tiny/checkpoints/4")
+    assert page.status_code == 200, page.text[-500:]
+    section = page.text.split('id="checkpoint-decisions"')[1].split("</ul>")[0]
+    assert decision_ids(section) == [d["decision_id"] for d in (decided.gate, decided.mixture, decided.ablation)]
+    (factory_home / "runs" / "tiny" / "factory.json").write_text("{broken")
+    broken = client.get("/runs/runs/tiny/checkpoints/4")
+    assert broken.status_code == 200 and "decisions unavailable" in broken.text and "is not JSON" in broken.text
+
+
+def test_a_decision_is_escaped_everywhere_it_is_shown(client, decided, catalog):
+    # A subject is part of the decision id, a run id: plain by construction. What else a decision
+    # holds is free text, and a table name is only as safe as what wrote it.
+    marked = gate_decision(
+        "marked", table=f"t.{XSS}", reason=XSS, sweep_id=f"s{XSS}", decided_at="2027-01-01T00:00:00+00:00"
+    )
+    record_decision(catalog, marked)
+    pages = {"/": None, "/decisions": None}
+    for url in pages:
+        pages[url] = client.get(url)
+    target = f"/decisions/{marked['decision_id']}"
+    assert target in links(pages["/decisions"].text, "decision")
+    pages[target] = client.get(target)
+    for url, response in pages.items():
+        assert response.status_code == 200, (url, response.text[-500:])
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in response.text, url
+        assert "<script" not in response.text and "<img src=x" not in response.text, url
+        assert 'href="javascript:' not in response.text, url
+    (sweep,) = links(pages[target].text, "evidence-link")
+    assert unquote(sweep.removeprefix("/sweeps?sweep=")) == f"s{XSS}"

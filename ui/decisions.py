@@ -1,0 +1,175 @@
+"""What the factory decided by itself (``factory.decisions``), and the links from a decision to its
+evidence: the sweep whose trials it weighed, the snapshots, the manifests, the training runs.
+
+A decision's JSON columns follow one convention per kind (lakehouse/decisions.py); the pages show
+what each holds whatever the kind, and add a link wherever a value names something the UI has a
+page for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from lakehouse.decisions import describe_change, find_decision, read_decisions
+from lakehouse.errors import FactoryError, InputError
+from lakehouse.refs import TableRef
+from trainer.lineage import RUN_RECORD, checkpoint_decisions
+from ui.sources import NotFound, RunDir, Sources, read_json
+
+HOME_DECISIONS = 5
+
+# Evidence keys the page shows as tables or links rather than as plain facts.
+_SHOWN_APART = {"sweep_id", "base", "candidate", "differences", "difference", "variants", "p_value", "interval"}
+
+
+@dataclass(frozen=True)
+class SnapshotLink:
+    role: str
+    table: str
+    ref: str
+
+
+@dataclass(frozen=True)
+class RunLink:
+    run: RunDir
+    why: str
+
+
+def list_decisions(sources: Sources, kind: str = "", subject: str = "") -> list[dict[str, Any]]:
+    """The recorded decisions of ``kind`` about ``subject`` (either may be empty: any), newest first,
+    each with ``change``: what it changed in a few words."""
+    rows = read_decisions(sources.catalog, kind=kind or None, subject=subject or None)
+    return [{**row, "change": describe_change(row)} for row in reversed(rows)]
+
+
+def decision(sources: Sources, decision_id: str) -> dict[str, Any]:
+    """One decision with everything its page shows; ``NotFound`` if it was never recorded."""
+    row = find_decision(sources.catalog, decision_id)
+    if row is None:
+        raise NotFound(f"no decision {decision_id!r} in factory.decisions")
+    evidence = row.get("evidence") or {}
+    known = {m.fingerprint for m in sources.manifests()}
+    return {
+        "row": row,
+        "change": describe_change(row),
+        "sweep_id": evidence.get("sweep_id"),
+        "by_seed": by_seed(evidence),
+        "comparisons": comparisons(evidence),
+        "facts": {k: v for k, v in evidence.items() if k not in _SHOWN_APART},
+        "snapshots": snapshot_links(row),
+        "manifests": [f for f in _fingerprints(row) if f in known],
+        "runs": run_links(sources, row),
+    }
+
+
+def shaping(sources: Sources, lineage: dict[str, Any], checkpoint: Path) -> tuple[list[dict], list[str], str | None]:
+    """The decisions that shaped a checkpoint's data (as ``factory lineage`` lists them), the ids its
+    run's ``factory.json`` names that were never recorded, and why they could not be read, if so."""
+    try:
+        rows, not_found = checkpoint_decisions(sources.catalog, lineage, checkpoint)
+    except InputError as exc:  # a broken factory.json: the rest of the checkpoint's page still shows
+        return [], [], str(exc)
+    return rows, not_found, None
+
+
+def by_seed(evidence: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """The metric of each run by seed, side by side: the base, then the candidate or each variant
+    (and a gate's per-seed differences); columns and rows, empty when the evidence has none."""
+    columns: list[str] = []
+    values: list[list[Any]] = []
+    if isinstance(evidence.get("base"), list):
+        columns.append("base")
+        values.append(evidence["base"])
+    for variant in evidence.get("variants") or []:
+        columns.append(str(variant.get("variant")))
+        values.append(list(variant.get("metrics") or variant.get("candidate") or []))
+    for key in ("candidate", "differences"):
+        if isinstance(evidence.get(key), list):
+            columns.append("difference" if key == "differences" else key)
+            values.append(evidence[key])
+    seeds = max((len(v) for v in values), default=0)
+    return columns, [[v[i] if i < len(v) else None for v in values] for i in range(seeds)]
+
+
+def comparisons(evidence: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each comparison with the base: the gate's candidate, or each ablation variant."""
+    compared = evidence.get("variants") or ([{**evidence, "variant": "candidate"}] if "p_value" in evidence else [])
+    found = []
+    for entry in compared:
+        differences = [d for d in entry.get("differences") or [] if isinstance(d, (int, float))]
+        difference = entry.get("difference", fmean(differences) if differences else None)
+        found.append(
+            {
+                "variant": entry.get("variant"),
+                "difference": difference,
+                "p_value": entry.get("p_value"),
+                "interval": entry.get("interval"),
+                "exceeds_noise": entry.get("exceeds_noise"),
+            }
+        )
+    return found
+
+
+def snapshot_links(row: dict[str, Any]) -> list[SnapshotLink]:
+    """Every snapshot the decision weighed or moved a tag between, once each."""
+    inputs, links = row.get("inputs") or {}, []
+    if inputs.get("table"):
+        for role in ("production", "candidate"):
+            if inputs.get(role) is not None:
+                links.append(_link(role, f"{inputs['table']}@{inputs[role]}"))
+    for name, ref in (inputs.get("components") or {}).items():
+        links.append(_link(f"component {name}", str(ref)))
+    for role in ("before", "after"):
+        state = row.get(role) or {}
+        if state.get("table") and state.get("snapshot_id") is not None:
+            links.append(_link(role, f"{state['table']}@{state['snapshot_id']}"))
+    unique: dict[tuple[str, str], SnapshotLink] = {}
+    for link in links:
+        if link is not None:
+            unique.setdefault((link.table, link.ref), link)
+    return list(unique.values())
+
+
+def _link(role: str, text: str) -> SnapshotLink | None:
+    try:
+        ref = TableRef.parse(text)
+    except FactoryError:  # not a reference a page could open: shown as recorded, without a link
+        return None
+    return SnapshotLink(role, ref.table_name, ref.ref) if ref.ref else None
+
+
+def _fingerprints(row: dict[str, Any]) -> list[str]:
+    found = [(row.get(role) or {}).get("fingerprint") for role in ("before", "after")]
+    return list(dict.fromkeys(f for f in found if isinstance(f, str)))
+
+
+def run_links(sources: Sources, row: dict[str, Any]) -> list[RunLink]:
+    """The training runs under the UI's folders the decision is about or weighed: runs whose
+    ``factory.json`` lists it or names its run, and run folders its columns name (an ablation's or
+    gate's trial runs)."""
+    named = _strings([row.get(k) for k in ("inputs", "evidence", "before", "after")])
+    run_name = (row.get("inputs") or {}).get("run") if row["kind"] == "ablation" else None
+    links = []
+    for run in sources.runs():
+        record = read_json(run.path / RUN_RECORD)
+        if row["decision_id"] in (record.get("decisions") or []):
+            links.append(RunLink(run, "took this decision"))
+        elif run_name and record.get("run") == run_name:
+            links.append(RunLink(run, f"a run of {run_name}"))
+        elif str(run.path) in named:
+            links.append(RunLink(run, "weighed as evidence"))
+    return links
+
+
+def _strings(value: Any) -> set[str]:
+    """Every string in a JSON value, as paths resolved when they look like absolute ones."""
+    if isinstance(value, str):
+        return {value, str(Path(value).resolve())} if value.startswith("/") else {value}
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return set().union(*(_strings(v) for v in value)) if value else set()
+    return set()
