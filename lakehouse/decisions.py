@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -63,7 +64,9 @@ DECISIONS_SCHEMA = Schema(
 def decision_id(kind: str, subject: str, inputs: Mapping[str, Any]) -> str:
     """``<kind>-<subject>-<hash>``: the same question on the same inputs has the same id."""
     digest = hashlib.sha256(json.dumps([kind, subject, inputs], sort_keys=True, default=str).encode()).hexdigest()
-    return f"{kind}-{subject}-{digest[:16]}"[:128]
+    # A run id's characters, and the whole hash whatever the subject's length.
+    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{kind}-{subject}")[:100]
+    return f"{readable}-{digest[:16]}"
 
 
 def new_decision(

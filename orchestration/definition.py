@@ -584,7 +584,8 @@ def _check_refs(names: tuple[str, ...], declared: Mapping[str, Any], key: str, w
 
 def _check_name(name: str, key: str) -> None:
     _check(
-        bool(_NAME.match(name)), f"{key}: the name {name!r} must be lower-case letters, digits and '_', a letter first, at most 48 characters"
+        bool(_NAME.match(name)),
+        f"{key}: the name {name!r} must be lower-case letters, digits and '_', a letter first, at most 48 characters",
     )
 
 

@@ -32,6 +32,12 @@ def build_assets(definition: FactoryDefinition) -> list[dg.AssetsDefinition]:
     return assets
 
 
+def look_interval(definition: FactoryDefinition) -> int:
+    """Seconds between the checkpoint sensor's looks: as often as the most watched source, at most 30."""
+    watched = [s.watch for s in definition.sources.values() if s.watch]
+    return max(1, int(min([30, *watched])))
+
+
 def build_definitions(definition: FactoryDefinition, runner: CommandRunner | None = None) -> dg.Definitions:
     """The assets, jobs and sensors of ``definition``; its commands run by ``runner`` (default: each
     in its own `factory` process)."""
@@ -64,15 +70,21 @@ def build_definitions(definition: FactoryDefinition, runner: CommandRunner | Non
         op = next(a for a in assets if evals_key(declared.name) in a.keys).op.name
         eval_jobs[declared.name] = (job.name, op)
     if eval_jobs:
-        sensors.append(checkpoint_sensor(definition, eval_jobs))
+        sensors.append(checkpoint_sensor(definition, eval_jobs, look_interval(definition)))
     experiment_jobs = {}
     for name in definition.experiments:
         job = dg.define_asset_job(f"experiment_{name}", selection=[experiment_key(name)])
         jobs.append(job)
         experiment_jobs[name] = job.name
     if experiment_jobs:
-        sensors.append(experiment_sensor(definition, experiment_jobs))
+        sensors.append(experiment_sensor(definition, experiment_jobs, 2 * look_interval(definition)))
     jobs.append(dg.define_asset_job("factory_all", selection=dg.AssetSelection.all(), description="every asset once"))
+    # Steps run one after another in the run's own process: a chain's steps depend on each other,
+    # and a process per step would add seconds of Python and Dagster start-up to each.
     return dg.Definitions(
-        assets=assets, jobs=jobs, sensors=sensors, resources={"commands": runner or SubprocessRunner()}
+        assets=assets,
+        jobs=jobs,
+        sensors=sensors,
+        resources={"commands": runner or SubprocessRunner()},
+        executor=dg.in_process_executor,
     )

@@ -4,11 +4,12 @@
   input differs from every ingest run's) start ``<source>_refresh`` (ingest and everything
   downstream of it); a raw snapshot that the next step has not taken in (an ingest by hand)
   starts ``<source>_refine`` (dedup, filter, decontaminate, the gate, then the mixtures and runs).
-- ``checkpoint_sensor``, every 30 s ("eval waits for checkpoint"): each complete checkpoint of
+- ``checkpoint_sensor``, as often as the most watched source, at most every 30 s ("eval waits
+  for checkpoint"): each complete checkpoint of
   each run's current folder that an eval's cadence covers starts that eval's job for it, once
   (the cursor holds the newest step seen per folder, and each request's run key names the eval
   and the checkpoint, which Dagster launches at most once).
-- ``experiment_sensor``, every 60 s: a declared ablation with no decision on its base, or a sweep
+- ``experiment_sensor``, at half that rate: a declared ablation with no decision on its base, or a sweep
   not run on its base, starts its job.
 
 Run keys come from what a request is about, so a sensor that evaluates again (after a restart,
@@ -64,14 +65,16 @@ def _tags(source: Source) -> dict[str, str]:
     return {"factory/source": source.name}
 
 
-def checkpoint_sensor(definition: FactoryDefinition, eval_jobs: dict[str, tuple[str, str]]) -> dg.SensorDefinition:
+def checkpoint_sensor(
+    definition: FactoryDefinition, eval_jobs: dict[str, tuple[str, str]], interval: int
+) -> dg.SensorDefinition:
     """``eval_jobs``: eval name → (its job's name, its asset's op name)."""
     from trainer.checkpoint import complete_checkpoints
 
     @dg.sensor(
         name="checkpoint_sensor",
         job_name=next(iter(eval_jobs.values()))[0],
-        minimum_interval_seconds=30,
+        minimum_interval_seconds=interval,
         default_status=RUNNING,
         description="each complete checkpoint an eval's cadence covers → that eval's job, once",
     )
@@ -106,13 +109,13 @@ def checkpoint_sensor(definition: FactoryDefinition, eval_jobs: dict[str, tuple[
     return checkpoints
 
 
-def experiment_sensor(definition: FactoryDefinition, jobs: dict[str, str]) -> dg.SensorDefinition:
+def experiment_sensor(definition: FactoryDefinition, jobs: dict[str, str], interval: int) -> dg.SensorDefinition:
     """``jobs``: experiment name → its job's name."""
 
     @dg.sensor(
         name="experiment_sensor",
         job_name=next(iter(jobs.values())),
-        minimum_interval_seconds=60,
+        minimum_interval_seconds=interval,
         default_status=RUNNING,
         description="a declared ablation or sweep not yet run on its base → its job",
     )

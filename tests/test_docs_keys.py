@@ -139,7 +139,9 @@ def test_factory_definition_keys_are_documented():
         missing = sorted(k for k in spec_keys if f"experiments.{kind}.{k}" not in names and k not in names)
         assert not missing, f"docs/factory.md's experiments.{kind} lacks {missing}"
     search = definition._SEARCH_KEYS - {"config"}
-    row = next(line for line in section("factory.md", "### `[mixtures.NAME]`").splitlines() if "`mixtures.search`" in line)
+    row = next(
+        line for line in section("factory.md", "### `[mixtures.NAME]`").splitlines() if "`mixtures.search`" in line
+    )
     assert not [k for k in search if f"`{k}`" not in row], "the mixtures.search row must name every search key"
 
 

@@ -1,0 +1,310 @@
+"""A two-source factory on real Spark, Iceberg, Ray Tune, torchrun and Dagster, built once for
+this module by `factory run` (both sources refined, the first snapshots promoted, the mixture
+searched, a run trained and evaluated), then:
+
+- run again: a no-op;
+- a planted candidate that is clearly worse (half its documents replaced with noise): the
+  refinement gate refuses it after a paired ablation, and training keeps the old snapshot;
+- the real Dagster daemon runs it, with nobody calling a `factory` command: new files appear in
+  one source, its sensor ingests and refines them, and the gate ablates; the daemon is killed,
+  with every process it started, just before the gate records its decision, and started again:
+  the run is found dead, retried, and the decision is recorded exactly once; the mixture is
+  searched again, warm-started, the next run trains on it and the checkpoint sensor evaluates it.
+
+The tests only read the tables and the factory's files."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import string
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from lakehouse.decisions import read_decisions
+from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
+from orchestration.definition import FactoryDefinition, load_definition
+from orchestration.layout import mixture_folder, read_current, run_folder
+from orchestration.state import PRODUCTION, head, tagged
+from tests.conftest import REPO, run_factory
+from tests.orchestration.definitions import DEMO_TRAIN, code_files, two_sources, web_records
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+TINY = ["train.steps=4", "eval.every=4", "eval.batches=1", "checkpoint.every=4", "data.global_batch_size=4",
+        "data.seq_len=64", "data.num_shards=1", "optim.warmup_steps=1"]  # fmt: skip
+# The gate's proxies train a little longer: 8 steps tell half-noise data from clean data by far.
+PROXY = ["train.steps=8", "eval.every=8", "eval.batches=1", "checkpoint.every=8", "data.global_batch_size=4",
+         "data.seq_len=64", "data.num_shards=1", "optim.warmup_steps=2"]  # fmt: skip
+DEFINITION = f"""
+[mixtures.searched]
+components = ["code", "web"]
+heldout_documents = 4
+search = {{ config = "{DEMO_TRAIN}", trials = 6, set = {json.dumps(TINY)}, candidates = 200, top = 20 }}
+
+[runs.small]
+config = "{DEMO_TRAIN}"
+mixture = "searched"
+set = {json.dumps(TINY)}
+
+[evals.loss]
+suites = ["heldout"]
+cadence = "checkpoint"
+
+[policies.refinement_gate]
+enabled = true
+config = "{DEMO_TRAIN}"
+set = {json.dumps(PROXY)}
+seeds = 3
+
+[policies.mixture_redetermination]
+enabled = true
+"""
+
+
+INSTANCE = """
+run_launcher:
+  module: orchestration.launcher
+  class: LocalRunLauncher
+run_monitoring:
+  enabled: true
+  poll_interval_seconds: 3
+run_retries:
+  enabled: true
+  max_retries: 2
+  retry_on_asset_or_op_failure: false
+telemetry:
+  enabled: false
+"""
+
+
+class Daemon:
+    """`dagster-daemon run -m orchestration.definitions` in a session of its own."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.log = log
+        with log.open("a") as out:
+            out.write(f"\n==== daemon started at {time.strftime('%X')} ====\n")
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).with_name("dagster-daemon")), "run", "-m", "orchestration.definitions"],
+            cwd=REPO, env=env, stdout=log.open("a"), stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+    def kill(self) -> None:
+        """SIGKILL the daemon and every process under it (code server, run workers, their commands,
+        torchrun, Ray): a machine that lost power, as far as these processes can tell."""
+        for _ in range(3):
+            for pid in [*_descendants(self.proc.pid), self.proc.pid]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.5)
+        self.proc.wait(timeout=30)
+
+    def tail(self, lines: int = 80) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def wait_for(what: str, check: Callable[[], object], daemon: Daemon, timeout: float) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        if daemon.proc.poll() is not None:
+            pytest.fail(f"the daemon exited ({daemon.proc.returncode}) while waiting for {what}:\n{daemon.tail()}")
+        time.sleep(2)
+    pytest.fail(f"no {what} after {timeout:.0f} s; the daemon's log ends:\n{daemon.tail()}")
+
+
+@dataclass
+class Factory:
+    folder: Path
+    definition: FactoryDefinition
+    home: Path
+    catalog: object
+    first: dict  # the first run's current record
+
+
+def evaluated_run(factory: Factory) -> dict | None:
+    """The run's current folder once its last checkpoint's eval rows are in evals.results."""
+    from evals.results import checkpoint_results
+
+    record = read_current(run_folder(factory.definition, "small"))
+    if record is None:
+        return None
+    final = Path(record["run_dir"]) / "checkpoints" / "step-4"
+    return record if (final / "COMPLETE").exists() and checkpoint_results(factory.catalog, str(final)) else None
+
+
+@pytest.fixture(scope="module")
+def factory(spark, tmp_path_factory) -> Factory:
+    from factory_cli.run import materialise
+    from lakehouse.catalog import load_catalog
+
+    root = tmp_path_factory.mktemp("factory")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FACTORY_HOME", str(root / "home"))
+        patch.delenv("FACTORY_CATALOG", raising=False)
+        folder = root / "factory"
+        code_files(folder / "code", 0, 16)
+        web_records(folder / "web", "part-0.jsonl", 0, 30)
+        definition = load_definition(two_sources(folder, runs=DEFINITION))
+        materialise(definition)
+        built = Factory(folder, definition, root / "home", load_catalog(), {})
+        built.first = evaluated_run(built)
+        yield built
+
+
+@pytest.fixture
+def in_factory(factory: Factory, monkeypatch: pytest.MonkeyPatch) -> Factory:
+    monkeypatch.setenv("FACTORY_HOME", str(factory.home))
+    monkeypatch.delenv("FACTORY_CATALOG", raising=False)
+    return factory
+
+
+def snapshots(catalog) -> dict[str, int]:
+    return {
+        ".".join(i): len(list(catalog.load_table(i).snapshots()))
+        for ns in catalog.list_namespaces()
+        for i in catalog.list_tables(ns)
+    }
+
+
+def test_the_first_run_promotes_searches_trains_and_evaluates_then_running_again_does_nothing(in_factory):
+    from factory_cli.run import materialise
+
+    catalog, definition = in_factory.catalog, in_factory.definition
+    assert in_factory.first is not None, "the first run's last checkpoint was not evaluated"
+    decisions = read_decisions(catalog, factory="team")
+    gates = sorted((d["subject"], d["verdict"]) for d in decisions if d["kind"] == "refinement-gate")
+    assert gates == [("code", "promoted"), ("web", "promoted")]
+    assert all("first snapshot" in d["reason"] for d in decisions if d["kind"] == "refinement-gate")
+    for table in ("decontaminated.code", "filtered.web"):
+        assert tagged(catalog, table) == head(catalog, table) is not None, table
+    (search,) = [d for d in decisions if d["kind"] == "mixture"]
+    assert search["verdict"] == "determined" and search["evidence"]["trials"] == 6
+    mixture = read_current(mixture_folder(definition, "searched"))
+    assert mixture["components"] == {
+        "code": f"decontaminated.code@{tagged(catalog, 'decontaminated.code')}",
+        "web": f"filtered.web@{tagged(catalog, 'filtered.web')}",
+    }
+    assert in_factory.first["fingerprint"] == mixture["fingerprint"] == search["after"]["fingerprint"]
+
+    before = snapshots(catalog)
+    materialise(definition)  # nothing new: every step finds its inputs taken in
+    assert snapshots(catalog) == before
+    assert read_current(run_folder(definition, "small")) == in_factory.first
+
+
+def noisy(catalog, table: str) -> None:
+    """Replace main of ``table`` with its documents, every second one's text turned to noise."""
+    loaded = catalog.load_table(tuple(table.split(".")))
+    rows = sorted(loaded.scan().to_arrow().to_pylist(), key=lambda r: r["doc_id"])
+    rng = random.Random(0)
+    for row in rows[::2]:
+        row["text"] = "".join(rng.choice(string.ascii_lowercase + "  ") for _ in row["text"])
+        row["n_bytes"] = len(row["text"])
+    loaded.overwrite(pa.Table.from_pylist(rows, schema=arrow_schema(DOCUMENT_SCHEMA)))
+
+
+def test_the_gate_refuses_a_clearly_worse_candidate_and_training_keeps_the_old_snapshot(in_factory):
+    from factory_cli.run import materialise
+
+    catalog, definition = in_factory.catalog, in_factory.definition
+    production = tagged(catalog, "filtered.web")
+    mixture = read_current(mixture_folder(definition, "searched"))
+    noisy(catalog, "filtered.web")
+    candidate = head(catalog, "filtered.web")
+    materialise(definition)
+
+    (refusal,) = [d for d in read_decisions(catalog, factory="team") if d["verdict"] == "refused"]
+    assert refusal["subject"] == "web" and refusal["inputs"]["candidate"] == candidate
+    evidence = refusal["evidence"]
+    assert evidence["difference"] > 0 and evidence["p_value"] < 0.05 and len(evidence["candidate"]) == 3
+    assert evidence["interval"][0] > 0  # the whole interval says worse
+    assert "worse beyond seed noise" in refusal["reason"]
+    assert tagged(catalog, "filtered.web", PRODUCTION) == production  # training keeps the old snapshot
+    assert read_current(mixture_folder(definition, "searched")) == mixture
+    assert read_current(run_folder(definition, "small")) == in_factory.first
+
+
+def test_the_daemon_runs_the_factory_and_a_killed_decision_is_recorded_once(in_factory, tmp_path):
+    catalog, definition, folder = in_factory.catalog, in_factory.definition, in_factory.folder
+    home = tmp_path / "dagster-home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(INSTANCE)
+    env = {**os.environ, "DAGSTER_HOME": str(home), "FACTORY_DEFINITION": str(definition.path)}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    log = tmp_path / "daemon.log"
+    first = in_factory.first
+
+    # New files, and a daemon that will be killed just before the gate records its decision.
+    paused = tmp_path / "paused-gate"
+    paused.mkdir()
+    daemon = Daemon({**env, "FACTORY_PAUSE_AT": f"gate-before-record:{paused}"}, log)
+    try:
+        production = tagged(catalog, "decontaminated.code")
+        code_files(folder / "code", 16, 3)
+        wait_for("the gate's ablation to finish", lambda: (paused / "paused").exists(), daemon, timeout=600)
+        assert not [d for d in read_decisions(catalog, factory="team") if d["inputs"].get("production") == production]
+        daemon.kill()
+
+        daemon = Daemon(env, log)
+
+        def second_run() -> dict | None:
+            record = evaluated_run(in_factory)
+            return record if record and record["run_dir"] != first["run_dir"] else None
+
+        second = wait_for("the run on the re-determined mixture, evaluated", second_run, daemon, timeout=600)
+    finally:
+        daemon.kill()
+        shutil.copy(log, Path(tempfile.gettempdir()) / "factory-test-daemon.log")  # for a look after a failure
+
+    decisions = read_decisions(catalog, factory="team")
+    ids = [d["decision_id"] for d in decisions]
+    assert len(ids) == len(set(ids))
+    (gate,) = [d for d in decisions if d["kind"] == "refinement-gate" and d["inputs"]["production"] == production]
+    candidate = gate["inputs"]["candidate"]
+    assert gate["verdict"] == "promoted" and gate["evidence"]["sweep_id"].startswith("gate-code")
+    assert tagged(catalog, "decontaminated.code") == candidate == head(catalog, "decontaminated.code")
+    mixtures = [d for d in decisions if d["kind"] == "mixture"]
+    assert [d["verdict"] for d in mixtures] == ["determined", "determined"]
+    assert mixtures[1]["inputs"]["prior"] == mixtures[0]["after"]["weights"]  # warm-started
+    assert mixtures[1]["inputs"]["components"]["code"] == f"decontaminated.code@{candidate}"
+    assert second["fingerprint"] == mixtures[1]["after"]["fingerprint"]
+    assert read_current(mixture_folder(definition, "searched"))["decision"] == mixtures[1]["decision_id"]
+    factory_json = json.loads((Path(second["run_dir"]) / "factory.json").read_text())
+    assert mixtures[1]["decision_id"] in factory_json["decisions"]
+    assert "Detected run worker status" in log.read_text()  # found dead by the launcher's health check
+    lineage = run_factory("lineage", second["run_dir"], "--json")
+    assert lineage.returncode == 0, lineage.stderr
+    shaped = {d["decision_id"] for d in json.loads(lineage.stdout)["decisions"]}
+    assert {gate["decision_id"], mixtures[1]["decision_id"]} <= shaped
