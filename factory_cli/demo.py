@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "demo") -> None:
 def run(args: argparse.Namespace) -> int:
     from factory_cli.run import materialise
     from factory_cli.tables import format_tables
-    from orchestration.definition import load_definition
+    from orchestration.definition_load import load_definition
 
     catalog = load_catalog(args.catalog)
     print(f"lakehouse: {factory_home()} (catalog {catalog.name})")

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "run") -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestration.definition import load_definition
+    from orchestration.definition_load import load_definition
 
     definition = load_definition(args.definition)
     if args.list:

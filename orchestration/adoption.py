@@ -90,7 +90,6 @@ def decide(context: dg.AssetExecutionContext, definition: FactoryDefinition, exp
     spec["set"] = [*run.set, *experiment.spec.get("set", []), *_data_overrides(definition, run)]
     outcome = run_ablation(context, spec, experiment_folder(definition, experiment.name))
     reports = outcome.reports[1:]
-    winners = sorted((r for r in reports if r.exceeds_noise and r.difference < 0), key=lambda r: r.mean)
     evidence = {
         "sweep_id": outcome.ablation_id,
         "alpha": outcome.alpha,
@@ -101,19 +100,20 @@ def decide(context: dg.AssetExecutionContext, definition: FactoryDefinition, exp
         ],
     }
     before = {"run": run.name, "overrides": adopted_overrides(definition, run)[0]}
-    if winners:
-        best = winners[0]
-        changes = [f"{k}={toml_literal(v)}" for k, v in experiment.spec["variants"][best.variant].items()]
-        shown = f"{best.variant} {best.difference:+.4f} (p {best.p_value:.3g})"
-        if definition.policies.ablation_adoption:
-            verdict, reason = "adopted", f"{shown} beats the base beyond seed noise: run {run.name}'s next run takes it"
-            after = {"run": run.name, "overrides": [*before["overrides"], *changes]}
-        else:
-            verdict, reason, after = "winner", f"{shown} beats the base beyond seed noise; adoption is off", before
-    elif reports and all(r.exceeds_noise and r.difference > 0 for r in reports):
-        verdict, reason, after = "rejected", "every variant is worse than the base beyond seed noise", before
+    verdict, best = ablation_verdict(reports, definition.policies.ablation_adoption)
+    after = before
+    if best is None:
+        reason = {
+            "rejected": "every variant is worse than the base beyond seed noise",
+            "inconclusive": "no variant beats the base beyond seed noise",
+        }[verdict]
     else:
-        verdict, reason, after = "inconclusive", "no variant beats the base beyond seed noise", before
+        shown = f"{best.variant} {best.difference:+.4f} (p {best.p_value:.3g})"
+        reason = f"{shown} beats the base beyond seed noise; adoption is off"
+        if verdict == "adopted":
+            changes = [f"{k}={toml_literal(v)}" for k, v in experiment.spec["variants"][best.variant].items()]
+            after = {"run": run.name, "overrides": [*before["overrides"], *changes]}
+            reason = f"{shown} beats the base beyond seed noise: run {run.name}'s next run takes it"
     row = new_decision(
         definition.name, KIND, experiment.name, verdict, reason, inputs=inputs, evidence=evidence, before=before,
         after=after, orchestrator_run=context.run.run_id,
@@ -121,6 +121,17 @@ def decide(context: dg.AssetExecutionContext, definition: FactoryDefinition, exp
     maybe_fail("ablation-before-record")
     record_decision(catalog(), row)
     return row
+
+
+def ablation_verdict(reports: list, adopt: bool) -> tuple[str, Any]:
+    """(verdict, the winning variant's report or None) from the variants' reports against the base
+    (lower is better): the variant with the lowest mean of those better beyond seed noise wins."""
+    winners = sorted((r for r in reports if r.exceeds_noise and r.difference < 0), key=lambda r: r.mean)
+    if winners:
+        return ("adopted" if adopt else "winner"), winners[0]
+    if reports and all(r.exceeds_noise and r.difference > 0 for r in reports):
+        return "rejected", None
+    return "inconclusive", None
 
 
 def _sweep(context: dg.AssetExecutionContext, definition: FactoryDefinition, experiment: Experiment):

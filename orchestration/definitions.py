@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from orchestration.definition import load_definition
+from orchestration.definition_load import load_definition
 from orchestration.graph import build_definitions
 
 DEMO = Path(__file__).resolve().parent.parent / "configs" / "demo-factory.toml"

@@ -102,16 +102,22 @@ def _decide(
         context, _ablation_spec(context, definition, source, current, candidate), _folder(definition, source)
     )
     evidence = {**outcome.evidence("candidate"), "mode": policy.promote, "metric": _target(policy, source)}
-    difference, p = evidence["difference"], evidence["p_value"]
-    beyond = outcome.reports[1].exceeds_noise
-    shown = f"{difference:+.4f} (p {p:.3g}, {len(evidence['base'])} seeds, alpha {policy.alpha:g})"
-    if policy.promote == "better":
-        if beyond and difference < 0:
-            return decision("promoted", f"the candidate is better beyond seed noise: {shown}", evidence)
-        return decision("refused", f"the candidate is not better beyond seed noise: {shown}", evidence)
-    if beyond and difference > 0:
-        return decision("refused", f"the candidate is worse beyond seed noise: {shown}", evidence)
-    return decision("promoted", f"the candidate is not worse beyond seed noise: {shown}", evidence)
+    verdict, why = gate_verdict(policy.promote, evidence["difference"], outcome.reports[1].exceeds_noise)
+    shown = f"{evidence['difference']:+.4f} (p {evidence['p_value']:.3g}, {len(evidence['base'])} seeds, alpha {policy.alpha:g})"
+    return decision(verdict, f"{why}: {shown}", evidence)
+
+
+def gate_verdict(promote: str, difference: float, beyond_noise: bool) -> tuple[str, str]:
+    """(verdict, why) from the candidate's difference from the base (lower is better) and whether
+    it exceeds seed noise: ``not-worse`` refuses only a candidate worse beyond noise, ``better``
+    promotes only one better beyond it."""
+    if promote == "better":
+        if beyond_noise and difference < 0:
+            return "promoted", "the candidate is better beyond seed noise"
+        return "refused", "the candidate is not better beyond seed noise"
+    if beyond_noise and difference > 0:
+        return "refused", "the candidate is worse beyond seed noise"
+    return "promoted", "the candidate is not worse beyond seed noise"
 
 
 def _ablation_spec(

@@ -119,26 +119,27 @@ def test_training_config_keys_are_documented():
 
 
 def test_factory_definition_keys_are_documented():
-    from orchestration import definition
+    from orchestration import definition_load as definition
+    from orchestration import definition_sources as sources
 
     names = documented(section("factory.md", "## The definition, key by key"))
     prefixed = {
-        "sources": definition._SOURCE_KEYS,
-        "sources.decontaminate": definition._DECONTAMINATE_KEYS,
-        "tokenizer": definition._TOKENIZER_KEYS,
-        "mixtures": definition._MIXTURE_KEYS,
-        "runs": definition._RUN_KEYS,
-        "evals": definition._EVAL_KEYS,
-        "policies.refinement_gate": definition._GATE_KEYS,
-        "policies.mixture_redetermination": definition._SWITCH_KEYS,
-        "policies.ablation_adoption": definition._SWITCH_KEYS,
+        "sources": sources.SOURCE_KEYS,
+        "sources.decontaminate": sources.DECONTAMINATE_KEYS,
+        "tokenizer": sources.TOKENIZER_KEYS,
+        "mixtures": definition.MIXTURE_KEYS,
+        "runs": definition.RUN_KEYS,
+        "evals": definition.EVAL_KEYS,
+        "policies.refinement_gate": definition.GATE_KEYS,
+        "policies.mixture_redetermination": definition.SWITCH_KEYS,
+        "policies.ablation_adoption": definition.SWITCH_KEYS,
     }
-    keys = set(definition._TOP_KEYS) | {f"{p}.{k}" for p, ks in prefixed.items() for k in ks}
+    keys = set(definition.TOP_KEYS) | {f"{p}.{k}" for p, ks in prefixed.items() for k in ks}
     assert not undocumented(keys, names), f"docs/factory.md lacks {undocumented(keys, names)}"
-    for kind, spec_keys in (("ablations", definition._ABLATION_KEYS), ("sweeps", definition._SWEEP_KEYS)):
+    for kind, spec_keys in (("ablations", definition.ABLATION_KEYS), ("sweeps", definition.SWEEP_KEYS)):
         missing = sorted(k for k in spec_keys if f"experiments.{kind}.{k}" not in names and k not in names)
         assert not missing, f"docs/factory.md's experiments.{kind} lacks {missing}"
-    search = definition._SEARCH_KEYS - {"config"}
+    search = definition.SEARCH_KEYS - {"config"}
     row = next(
         line for line in section("factory.md", "### `[mixtures.NAME]`").splitlines() if "`mixtures.search`" in line
     )

@@ -19,7 +19,7 @@ import sys
 def main() -> int:
     from factory_cli.demo import DEFINITION, build_corpus
     from lakehouse.catalog import factory_home, load_catalog
-    from orchestration.definition import load_definition
+    from orchestration.definition_load import load_definition
     from pipelines.dedup import DedupOptions, dedup
     from pipelines.filter import FilterOptions, filter_documents
     from pipelines.ingest import IngestOptions, ingest

@@ -10,7 +10,7 @@ import dagster as dg
 import pytest
 
 from evals.results import checkpoint_results
-from orchestration.definition import load_definition
+from orchestration.definition_load import load_definition
 from orchestration.graph import build_definitions
 from orchestration.layout import run_folder, write_current
 from tests.orchestration.definitions import two_sources

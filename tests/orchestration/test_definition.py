@@ -8,7 +8,7 @@ import re
 import pytest
 
 from lakehouse.errors import ConfigError
-from orchestration.definition import load_definition
+from orchestration.definition_load import load_definition
 from orchestration.graph import build_definitions
 from tests.conftest import REPO, run_factory
 from tests.orchestration.definitions import two_sources

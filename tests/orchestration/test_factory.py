@@ -35,7 +35,8 @@ import pytest
 
 from lakehouse.decisions import read_decisions
 from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
-from orchestration.definition import FactoryDefinition, load_definition
+from orchestration.definition import FactoryDefinition
+from orchestration.definition_load import load_definition
 from orchestration.layout import mixture_folder, read_current, run_folder
 from orchestration.state import PRODUCTION, head, tagged
 from tests.conftest import REPO, run_factory
@@ -308,3 +309,47 @@ def test_the_daemon_runs_the_factory_and_a_killed_decision_is_recorded_once(in_f
     assert lineage.returncode == 0, lineage.stderr
     shaped = {d["decision_id"] for d in json.loads(lineage.stdout)["decisions"]}
     assert {gate["decision_id"], mixtures[1]["decision_id"]} <= shaped
+
+
+ADOPTION = f"""
+[runs.probe]
+config = "{DEMO_TRAIN}"
+mixture = "both"
+set = {json.dumps([*TINY, "optim.lr=0.00001"])}
+
+[experiments.ablations.lr]
+run = "probe"
+seeds = 3
+variants = {{ faster = {{ "optim.lr" = 0.003 }} }}
+
+[policies.ablation_adoption]
+enabled = true
+"""
+
+
+def test_an_ablation_that_wins_changes_its_runs_next_run_and_not_the_one_it_ran_on(in_factory):
+    from factory_cli.run import materialise
+
+    path = in_factory.definition.path
+    path.write_text(path.read_text() + ADOPTION)
+    definition = load_definition(path)
+    materialise(definition, ["run/probe"])
+    first = read_current(run_folder(definition, "probe"))
+    materialise(definition, ["experiment/lr"])
+
+    (decision,) = [d for d in read_decisions(in_factory.catalog, factory="team") if d["kind"] == "ablation"]
+    assert decision["verdict"] == "adopted", decision["reason"]
+    assert decision["after"]["overrides"] == ["optim.lr=0.003"] and decision["before"]["overrides"] == []
+    winner = decision["evidence"]["variants"][0]
+    assert winner["variant"] == "faster" and winner["difference"] < 0 and winner["p_value"] < 0.05
+    materialise(definition, ["run/probe"])
+    second = read_current(run_folder(definition, "probe"))
+    assert second["run_dir"] != first["run_dir"] and second["overrides"][-1] == "optim.lr=0.003"
+    assert decision["decision_id"] in json.loads((Path(second["run_dir"]) / "factory.json").read_text())["decisions"]
+    resolved = json.loads((Path(first["run_dir"]) / "checkpoints" / "step-4" / "lineage.json").read_text())
+    assert resolved["config"]["optim"]["lr"] == 0.00001  # the run it ran on keeps its config
+    resolved = json.loads((Path(second["run_dir"]) / "checkpoints" / "step-4" / "lineage.json").read_text())
+    assert resolved["config"]["optim"]["lr"] == 0.003
+    materialise(definition, ["experiment/lr", "run/probe"])  # decided once: nothing runs again
+    assert len([d for d in read_decisions(in_factory.catalog, factory="team") if d["kind"] == "ablation"]) == 1
+    assert read_current(run_folder(definition, "probe")) == second
