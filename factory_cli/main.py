@@ -110,7 +110,7 @@ def _execute(module, args: argparse.Namespace) -> int:
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
-    for noisy in ("py4j", "pyiceberg", "urllib3"):
+    for noisy in ("py4j", "pyiceberg", "urllib3", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     for handler in logging.getLogger().handlers:
         # py4j logs its failed sends to the root logger, at INFO with a traceback, when the JVM has

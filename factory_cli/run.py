@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import io
 import sys
+import time
 from collections.abc import Callable, Sequence
 
 from lakehouse.errors import ConfigError, FactoryError
@@ -119,12 +120,14 @@ class InProcessRunner:
         from factory_cli.main import run_command
 
         print(f"\n· factory {' '.join(argv)}", flush=True)
+        started = time.monotonic()
         kept = io.StringIO()
         with contextlib.redirect_stdout(_Tee(sys.stdout, kept)), contextlib.redirect_stderr(_Tee(sys.stderr, kept)):
             try:
                 code = run_command(argv[0], list(argv[1:]))
             except SystemExit as exc:  # argparse refused the arguments
                 code = exc.code if isinstance(exc.code, int) else 2
+        print(f"(factory {argv[0]}: {time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
         return code, kept.getvalue()
 
 
