@@ -71,6 +71,35 @@ EVAL_RESULTS_SCHEMA = Schema(
     NestedField(11, "eval_run_id", StringType(), required=True, doc="the eval run (factory.run-id of its commit)"),
 )
 
+# One row per sample an eval generated or scored (``evals.samples``): what the model wrote, how it
+# was judged, and how to reproduce it. The sandbox's output is kept bounded (SAMPLE_OUTPUT_BYTES)
+# so one noisy program cannot bloat the table.
+EVAL_SAMPLES_SCHEMA = Schema(
+    NestedField(1, "sample_id", StringType(), required=True, doc="hash of eval_run_id, task_id and sample_index"),
+    NestedField(2, "eval_run_id", StringType(), required=True, doc="the eval run (as in evals.results)"),
+    NestedField(3, "run_id", StringType(), required=True, doc="the training run: its folder, absolute"),
+    NestedField(4, "checkpoint", StringType(), required=True, doc="the checkpoint folder, absolute"),
+    NestedField(5, "step", LongType(), required=True, doc="the checkpoint's training step"),
+    NestedField(6, "suite", StringType(), required=True, doc="humaneval, humaneval_bpb, ..."),
+    NestedField(7, "task_id", StringType(), required=True, doc="HumanEval/0, ..."),
+    NestedField(8, "sample_index", LongType(), required=True, doc="0 .. samples-1 for the task"),
+    NestedField(9, "prompt", StringType(), required=True),
+    NestedField(10, "completion", StringType(), required=True, doc="as generated, after the stop strings"),
+    NestedField(11, "test", StringType(), required=False, doc="the task's test program, if it has one"),
+    NestedField(12, "passed", BooleanType(), required=False, doc="null for suites that score, not judge"),
+    NestedField(13, "exit_reason", StringType(), required=False, doc="the sandbox's: exit, timeout, memory, ..."),
+    NestedField(14, "stdout", StringType(), required=False, doc="bounded excerpt"),
+    NestedField(15, "stderr", StringType(), required=False, doc="bounded excerpt"),
+    NestedField(16, "duration_s", DoubleType(), required=False, doc="the sandboxed program's wall time"),
+    NestedField(17, "score", DoubleType(), required=False, doc="a scoring suite's value, e.g. bits per byte"),
+    NestedField(18, "temperature", DoubleType(), required=True, doc="0 for greedy"),
+    NestedField(19, "top_p", DoubleType(), required=True),
+    NestedField(20, "max_new_tokens", LongType(), required=True),
+    NestedField(21, "seed", LongType(), required=True, doc="the sampling seed: reproduces the completion"),
+    NestedField(22, "code_version", StringType(), required=True, doc="the evaluating code (lakehouse/version.py)"),
+)
+SAMPLE_OUTPUT_BYTES = 4096
+
 # Enough of a refused record to see what was wrong with it, bounded so one huge bad record
 # cannot bloat the quarantine table.
 QUARANTINE_RECORD_BYTES = 64 * 1024
