@@ -100,6 +100,23 @@ EVAL_SAMPLES_SCHEMA = Schema(
 )
 SAMPLE_OUTPUT_BYTES = 4096
 
+# One row per blind rating (``evals.ratings``): two completions of one task by two checkpoints,
+# shown as A and B in random order, and which one a person preferred. The rater's name is the only
+# thing about the person kept, as they typed it (docs/architecture.md, "The UI").
+EVAL_RATINGS_SCHEMA = Schema(
+    NestedField(1, "rating_id", StringType(), required=True, doc="random id of the pair shown"),
+    NestedField(2, "rated_at", StringType(), required=True, doc="UTC, ISO 8601"),
+    NestedField(3, "rater", StringType(), required=True, doc="the name the rater typed, as typed"),
+    NestedField(4, "suite", StringType(), required=True),
+    NestedField(5, "task_id", StringType(), required=True),
+    NestedField(6, "checkpoint_a", StringType(), required=True, doc="the checkpoint folder shown as A"),
+    NestedField(7, "sample_a", StringType(), required=True, doc="its evals.samples sample_id"),
+    NestedField(8, "checkpoint_b", StringType(), required=True, doc="the checkpoint folder shown as B"),
+    NestedField(9, "sample_b", StringType(), required=True),
+    NestedField(10, "winner", StringType(), required=True, doc="a, b or tie"),
+    NestedField(11, "code_version", StringType(), required=True, doc="the UI's code (lakehouse/version.py)"),
+)
+
 # Enough of a refused record to see what was wrong with it, bounded so one huge bad record
 # cannot bloat the quarantine table.
 QUARANTINE_RECORD_BYTES = 64 * 1024

@@ -17,7 +17,8 @@ FLOORS = [
     ["quality", "mixtures"],
     ["pipelines", "streaming_loader"],
     ["trainer"],
-    ["evals", "experiments", "ui"],
+    ["evals", "experiments"],
+    ["ui"],
     ["orchestration"],
     ["factory_cli"],
 ]
