@@ -32,7 +32,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ablate": ("factory_cli.ablate", "run a base and one-change variants over seeds; differences against seed noise"),
     "lineage": ("factory_cli.lineage", "show which data, pipeline runs and raw inputs made a checkpoint"),
     "decisions": ("factory_cli.decisions", "list what the factory decided by itself (gates, mixtures, ablations), why"),
-    "ui": ("factory_cli.ui", "serve a read-only web UI over tables, documents, clusters, runs and lineage"),
+    "ui": (
+        "factory_cli.ui",
+        "serve the web UI: tables, documents, runs, lineage; eval samples, a playground, blind ratings",
+    ),
     "gc": ("factory_cli.gc", "remove staged files of runs that never committed"),
     "compact": ("factory_cli.compact", "rewrite a table's small data files as fewer, in one replace snapshot"),
     "run": ("factory_cli.run", "materialise every asset of a factory definition once, in this process"),

@@ -1,4 +1,4 @@
-"""``factory ui``: serve the read-only web app over the catalog and run folders (ui/)."""
+"""``factory ui``: serve the web app over the catalog and run folders (ui/)."""
 
 from __future__ import annotations
 
@@ -20,22 +20,57 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "ui") -> None:
         metavar="DIR",
         help="folder to look for training runs and manifests in (repeatable; default: $FACTORY_HOME)",
     )
+    playground = parser.add_argument_group("the playground's generation")
+    playground.add_argument(
+        "--generate-workers", type=int, default=1, metavar="N", help="generations at once (default: 1)"
+    )
+    playground.add_argument(
+        "--generate-queue",
+        type=int,
+        default=4,
+        metavar="N",
+        help="generations that may wait for a worker; past that the playground answers 503 (default: 4)",
+    )
+    playground.add_argument(
+        "--generate-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="seconds a request waits for its generation before a 504 (default: 120)",
+    )
+    playground.add_argument(
+        "--models", type=int, default=4, metavar="N", help="models kept loaded, most recently used (default: 4)"
+    )
+    playground.add_argument(
+        "--device", default="", help="torch device to generate on, e.g. cpu or cuda:1 (default: cuda if any, else cpu)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port < 65536:
         raise InputError(f"--port must be between 0 and 65535, got {args.port}")
+    if args.generate_workers < 1 or args.generate_queue < 0 or args.models < 1 or not args.generate_timeout > 0:
+        raise InputError(
+            "--generate-workers and --models must be 1 or more, --generate-queue 0 or more, --generate-timeout above 0"
+        )
     import uvicorn
 
     from ui.app import create_app
+    from ui.generation import GenerationSettings
     from ui.sources import Sources
 
     sources = Sources(args.catalog, args.runs or [factory_home()])
     sources.catalog  # noqa: B018  (a catalog that cannot load is an error now, not on the first page)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(
-            f"warning: serving on {args.host}: the UI has no authentication; put it behind a proxy that has",
+            f"warning: serving on {args.host}: the UI has no authentication and its forms write (ratings) and "
+            "generate (playground); put it behind a proxy that authenticates and limits rates",
             file=sys.stderr,
         )
-    uvicorn.run(create_app(sources), host=args.host, port=args.port, log_level="warning" if args.quiet else "info")
+    generation = GenerationSettings(
+        args.generate_workers, args.generate_queue, args.generate_timeout, args.models, args.device
+    )
+    uvicorn.run(
+        create_app(sources, generation), host=args.host, port=args.port, log_level="warning" if args.quiet else "info"
+    )
     return 0

@@ -1,7 +1,9 @@
-"""The web app: FastAPI routes, Jinja2 templates (autoescaped), read-only.
+"""The web app: FastAPI routes, Jinja2 templates (autoescaped).
 
 Every page is rendered on the server; the pages carry no script at all, and the
 Content-Security-Policy says so, so a document that holds markup can only ever be shown as text.
+The pages here only read; the inspection pages (``ui/inspection.py``) add the two forms that post:
+the playground's generation and blind ratings.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from lakehouse.errors import FactoryError, RefNotFoundError, TableNotFoundError
 from lakehouse.refs import format_identifier, parse_identifier
 from ui import clusters as cluster_pages
 from ui import decisions as decision_pages
-from ui import documents, quarantine
+from ui import documents, inspection, quarantine
 from ui.evals import run_evals, trials
+from ui.generation import GenerationSettings
 from ui.graph import NODE_H, NODE_W, snapshot_graph, snapshot_href
 from ui.runs import curves, read_metrics, result_curves
 from ui.sources import BadRequest, NotFound, Sources, checkpoint_dirs, read_json
@@ -34,11 +37,15 @@ from ui.sources import BadRequest, NotFound, Sources, checkpoint_dirs, read_json
 log = logging.getLogger("factory.ui")
 
 TEMPLATES = Path(__file__).with_name("templates")
-# No script, no plugin, no frame, no form posting anywhere: the UI only shows.
-CSP = "default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'"
+# No script, no plugin, no frame, no form posting anywhere but to the UI itself.
+# frame-ancestors: no other site may frame the forms that post (clickjacking).
+CSP = (
+    "default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; "
+    "frame-ancestors 'none'"
+)
 
 
-def create_app(sources: Sources) -> FastAPI:
+def create_app(sources: Sources, generation: GenerationSettings | None = None) -> FastAPI:
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True)
     env.filters["q"] = lambda value: quote(str(value), safe="")
     env.filters["pretty"] = lambda value: json.dumps(value, indent=2, sort_keys=True, default=str)
@@ -250,6 +257,7 @@ def create_app(sources: Sources) -> FastAPI:
         found = decision_pages.decision(sources, decision_id)
         return page("decision.html", d=found, row=found["row"])
 
+    inspection.register(app, sources, page, generation or GenerationSettings())
     return app
 
 

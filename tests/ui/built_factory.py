@@ -247,14 +247,15 @@ def record_decisions(catalog, home: Path, run_dir: Path, fingerprint: str) -> No
 class Server:
     """The UI served by uvicorn on a free port, in a thread of the test process."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, generation=None) -> None:
         import uvicorn
 
         from ui.app import create_app
         from ui.sources import Sources
 
         os.environ["FACTORY_HOME"] = str(home)
-        config = uvicorn.Config(create_app(Sources(None, [home])), host="127.0.0.1", port=0, log_level="warning")
+        app = create_app(Sources(None, [home]), generation)
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

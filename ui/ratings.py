@@ -1,0 +1,154 @@
+"""Blind ratings: two checkpoints' completions of one task, shown as A and B, and a person's pick.
+
+``GET /ratings`` draws a task of the suite that has samples at two or more checkpoints, two of those
+checkpoints and one sample of each, in random order. The page names neither: its form carries
+only the pair's random id, and which sample is A and which B stays in the server (``OpenPairs``,
+the newest ``OPEN_PAIRS``). ``POST /ratings`` (CSRF token, size limits: ``ui/forms.py``) records
+the pick with the rater's name in ``evals.ratings`` (``evals/ratings.py``), then reveals the two
+checkpoints and shows the next pair. ``/ratings/leaderboard`` fits Bradley–Terry scores with
+bootstrap intervals (``evals/bradley_terry.py``) per checkpoint.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+
+from evals.bradley_terry import leaderboard
+from evals.ratings import WINNERS, games, rating_row, read_ratings, record_rating
+from ui import samples
+from ui.checkpoints import Labels
+from ui.forms import Csrf, limited, read_form
+from ui.sources import BadRequest, NotFound, Sources
+
+RATER_MAX_CHARS = 80
+OPEN_PAIRS = 1000
+
+
+@dataclass(frozen=True)
+class Pair:
+    pair_id: str  # becomes the rating's id
+    suite: str
+    task_id: str
+    a: tuple[str, str]  # (checkpoint, sample_id), shown as A
+    b: tuple[str, str]
+
+
+class OpenPairs:
+    """The pairs shown and not yet rated, the newest ``OPEN_PAIRS``: a pair is rated at most once."""
+
+    def __init__(self) -> None:
+        self._pairs: OrderedDict[str, Pair] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, pair: Pair) -> None:
+        with self._lock:
+            self._pairs[pair.pair_id] = pair
+            while len(self._pairs) > OPEN_PAIRS:
+                self._pairs.popitem(last=False)
+
+    def take(self, pair_id: str) -> Pair | None:
+        with self._lock:
+            return self._pairs.pop(pair_id, None)
+
+
+def draw_pair(summary: samples.Summary, suite: str, rng: random.Random) -> Pair | None:
+    """A task with samples at two or more checkpoints, two of them in random order, a sample of each."""
+    tasks = summary.by_task.get(suite, {})
+    eligible = _ratable_tasks(summary, suite)
+    if not eligible:
+        return None
+    task = rng.choice(eligible)
+    first, second = rng.sample(sorted(tasks[task]), 2)
+    a, b = (first, rng.choice(tasks[task][first])), (second, rng.choice(tasks[task][second]))
+    return Pair("r" + secrets.token_hex(12), suite, task, a, b)
+
+
+def _ratable_tasks(summary: samples.Summary, suite: str) -> list[str]:
+    return sorted(task for task, at in summary.by_task.get(suite, {}).items() if len(at) >= 2)
+
+
+def register(app: FastAPI, sources: Sources, page: Callable[..., HTMLResponse], csrf: Csrf) -> None:
+    open_pairs = OpenPairs()
+    rng = random.SystemRandom()  # a rater cannot guess which side is which
+    recording = threading.Lock()  # one commit at a time from this server: no retries against itself
+
+    def rate_page(request: Request, suite: str, rater: str = "", revealed: dict | None = None) -> HTMLResponse:
+        table = samples.samples_table(sources)
+        summary = samples.summary(table) if table is not None else None
+        suites = summary.suites if summary else []
+        suite = suite or next((s for s in suites if _ratable_tasks(summary, s)), "")
+        if suite and suite not in suites:
+            raise NotFound(f"no samples of suite {suite!r} in evals.samples")
+        pair = draw_pair(summary, suite, rng) if suite else None
+        shown = {}
+        if pair is not None:
+            open_pairs.add(pair)
+            shown = samples.texts(table, [pair.a[1], pair.b[1]])
+        token, fresh = csrf.token(request)
+        response = page(
+            "rate.html",
+            suites=suites,
+            suite=suite,
+            pair=pair,
+            a=shown.get(pair.a[1]) if pair else None,
+            b=shown.get(pair.b[1]) if pair else None,
+            rater=rater,
+            revealed=revealed,
+            csrf_token=token,
+            limits={"rater": RATER_MAX_CHARS},
+        )
+        return csrf.set_cookie(response, fresh)
+
+    def vote(request: Request, form: dict[str, str]) -> HTMLResponse:
+        csrf.check(request, form)
+        rater = limited(form, "rater", RATER_MAX_CHARS, "rater's name")
+        if not rater.strip():
+            raise BadRequest("type your name: each rating records who gave it")
+        winner = form.get("winner", "")
+        if winner not in WINNERS:
+            raise BadRequest(f"pick A, B or a tie (winner {', '.join(WINNERS)}), got {winner[:20]!r}")
+        pair = open_pairs.take(form.get("pair", ""))
+        if pair is None:
+            raise HTTPException(
+                409,
+                "this pair is no longer open: it was rated already, or the server restarted since it was "
+                "shown. Rate the next one.",
+            )
+        row = rating_row(pair.pair_id, rater, pair.suite, pair.task_id, pair.a, pair.b, winner)
+        with recording:
+            record_rating(sources.catalog, row)
+        labels = Labels(sources)
+        revealed = {"row": row, "a": labels(pair.a[0]), "b": labels(pair.b[0])}
+        return rate_page(request, pair.suite, rater, revealed)
+
+    @app.get("/ratings", response_class=HTMLResponse)
+    def ratings_page(request: Request, suite: str = ""):
+        return rate_page(request, suite)
+
+    @app.post("/ratings", response_class=HTMLResponse)
+    async def rate(request: Request):
+        form = await read_form(request)
+        return await run_in_threadpool(vote, request, form)
+
+    @app.get("/ratings/leaderboard", response_class=HTMLResponse)
+    def leaderboard_page(suite: str = ""):
+        everything = read_ratings(sources.catalog)  # one row per vote people gave: small
+        ratings = [r for r in everything if r["suite"] == suite] if suite else everything
+        return page(
+            "leaderboard.html",
+            suite=suite,
+            suites=sorted({r["suite"] for r in everything}),
+            ratings=len(ratings),
+            standings=leaderboard(games(ratings)),
+            labels=Labels(sources),
+        )
