@@ -8,9 +8,12 @@ pins the scale's origin; it is found by Newton's method, the problem being conca
 few checkpoints). Written here with numpy because no pinned library fits it: scikit-learn's
 logistic regression could, but takes no fractional outcomes for ties and gives no intervals.
 
-Intervals are seeded bootstrap percentiles: the games resampled with replacement and the scores
-fitted again, the same seed giving the same intervals. Scores are shown on the Elo scale
-(``ELO_SCALE`` points per factor 10 in odds) around ``ELO_ORIGIN``.
+Intervals come from the Fisher information at the maximum (the curvature of the penalised
+log-likelihood; ``theta`` normal around it), of each score against the players' mean, so they
+are exact functions of the games, and wide while there are few: the bootstrap's percentiles,
+the other usual choice, collapse to a point when every game resampled is the same one.
+Scores are shown on the Elo scale (``ELO_SCALE`` points per factor 10 in odds) around
+``ELO_ORIGIN``.
 """
 
 from __future__ import annotations
@@ -24,15 +27,14 @@ import numpy as np
 PRIOR_PRECISION = 0.1  # a normal prior with variance 10 on each theta (natural-log odds)
 ELO_SCALE = 400 / math.log(10)
 ELO_ORIGIN = 1000.0
-BOOTSTRAP = 200
-LEVEL = 0.95
+Z = 1.959963984540054  # the standard normal's 97.5% point: 95% intervals
 
 
 @dataclass(frozen=True)
 class Standing:
     player: str
     score: float  # Elo scale
-    low: float  # the bootstrap interval at LEVEL
+    low: float  # the 95% interval
     high: float
     games: int
     wins: float  # a tie counts half
@@ -40,7 +42,7 @@ class Standing:
 
 def fit(players: Sequence[str], games: Sequence[tuple[str, str, float]]) -> np.ndarray:
     """``theta`` of each of ``players`` (natural-log odds) from games (a, b, a's score in [0, 1])."""
-    return _newton(len(players), *_arrays(players, games))
+    return _newton(len(players), *_arrays(players, games))[0]
 
 
 def _arrays(players: Sequence[str], games: Sequence[tuple[str, str, float]]) -> tuple[np.ndarray, ...]:
@@ -50,7 +52,8 @@ def _arrays(players: Sequence[str], games: Sequence[tuple[str, str, float]]) -> 
     return a, b, np.array([g[2] for g in games], dtype=np.float64)
 
 
-def _newton(n: int, a: np.ndarray, b: np.ndarray, score: np.ndarray) -> np.ndarray:
+def _newton(n: int, a: np.ndarray, b: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The maximum ``theta`` and the Hessian of the penalised log-likelihood there."""
     theta = np.zeros(n)
     for _ in range(100):
         p = 1 / (1 + np.exp(-(theta[a] - theta[b])))
@@ -65,29 +68,27 @@ def _newton(n: int, a: np.ndarray, b: np.ndarray, score: np.ndarray) -> np.ndarr
         theta -= step
         if np.max(np.abs(step)) < 1e-10:
             break
-    return theta
+    return theta, hessian
 
 
-def leaderboard(
-    games: Sequence[tuple[str, str, float]], *, bootstrap: int = BOOTSTRAP, seed: int = 0
-) -> list[Standing]:
-    """Every player of ``games``, best first, with its score and bootstrap interval."""
+def leaderboard(games: Sequence[tuple[str, str, float]]) -> list[Standing]:
+    """Every player of ``games``, best first, with its score and 95% interval."""
     players = sorted({g[0] for g in games} | {g[1] for g in games})
     if not players:
         return []
     a, b, score = _arrays(players, games)
-    theta = _newton(len(players), a, b, score)
-    rng = np.random.default_rng(seed)
-    draws = np.empty((bootstrap, len(players)))
-    for k in range(bootstrap):
-        pick = rng.integers(0, len(games), len(games))
-        draws[k] = _newton(len(players), a[pick], b[pick], score[pick])
-    tail = (1 - LEVEL) / 2
-    low, high = np.quantile(draws, [tail, 1 - tail], axis=0)
+    theta, hessian = _newton(len(players), a, b, score)
+    # The data say nothing of the players' common level, only of their differences: the
+    # intervals are those of theta minus its mean (which the maximum has at 0, the likelihood's
+    # gradient summing to zero over the players).
+    centre = np.eye(len(players)) - 1 / len(players)
+    spread = Z * np.sqrt(np.diag(centre @ np.linalg.inv(-hessian) @ centre))
     played = np.bincount(a, minlength=len(players)) + np.bincount(b, minlength=len(players))
     wins = np.bincount(a, score, len(players)) + np.bincount(b, 1 - score, len(players))
     standings = [
-        Standing(p, _elo(theta[k]), _elo(low[k]), _elo(high[k]), int(played[k]), float(wins[k]))
+        Standing(
+            p, _elo(theta[k]), _elo(theta[k] - spread[k]), _elo(theta[k] + spread[k]), int(played[k]), float(wins[k])
+        )
         for k, p in enumerate(players)
     ]
     return sorted(standings, key=lambda s: (-s.score, s.player))

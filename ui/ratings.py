@@ -6,7 +6,7 @@ only the pair's random id, and which sample is A and which B stays in the server
 the newest ``OPEN_PAIRS``). ``POST /ratings`` (CSRF token, size limits: ``ui/forms.py``) records
 the pick with the rater's name in ``evals.ratings`` (``evals/ratings.py``), then reveals the two
 checkpoints and shows the next pair. ``/ratings/leaderboard`` fits Bradley–Terry scores with
-bootstrap intervals (``evals/bradley_terry.py``) per checkpoint.
+95% intervals (``evals/bradley_terry.py``) per checkpoint.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The Bradley–Terry fit behind the ratings' leaderboard: it recovers known strengths, stays finite
-when a player won every game, treats a tie as half a win, and its intervals are seeded."""
+"""The Bradley–Terry fit behind the ratings' leaderboard: it recovers known strengths, its intervals
+hold them and narrow with the games, it stays finite when a player won every game, and treats a
+tie as half a win."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 
 import numpy as np
 
-from evals.bradley_terry import ELO_SCALE, fit, leaderboard
+from evals.bradley_terry import ELO_ORIGIN, ELO_SCALE, fit, leaderboard
 
 
 def simulated(strengths: dict[str, float], games: int, seed: int) -> list[tuple[str, str, float]]:
@@ -28,15 +29,21 @@ def test_the_fit_recovers_the_strengths_games_were_drawn_from():
     assert np.allclose(differences, [0.0, 1.0, 2.0], atol=0.15), differences
 
 
-def test_the_leaderboard_ranks_with_intervals_that_hold_the_score_and_repeat():
-    games = simulated({"weak": 0.0, "middle": 1.0, "strong": 2.5}, 90, seed=2)
-    board = leaderboard(games, seed=0)
-    assert [s.player for s in board] == ["strong", "middle", "weak"]
-    assert all(s.low <= s.score <= s.high and s.high - s.low > 0 for s in board)
-    assert sum(s.games for s in board) == 2 * len(games)
-    assert sum(s.wins for s in board) == len(games)  # one win per game, ties halved
-    assert leaderboard(games, seed=0) == board  # the same seed, the same intervals
-    assert leaderboard(games, seed=1) != board
+def test_the_leaderboard_ranks_with_intervals_that_hold_the_truth_and_narrow_with_the_games():
+    truth = {"weak": 0.0, "middle": 1.0, "strong": 2.5}
+    mean = sum(truth.values()) / len(truth)
+    widths = []
+    for count in (30, 300, 3000):
+        games = simulated(truth, count, seed=2)
+        board = leaderboard(games)
+        assert [s.player for s in board] == ["strong", "middle", "weak"]
+        for s in board:  # the scores are against the players' mean, as the intervals are
+            assert s.low < ELO_ORIGIN + ELO_SCALE * (truth[s.player] - mean) < s.high, (count, s)
+        assert sum(s.games for s in board) == 2 * len(games)
+        assert sum(s.wins for s in board) == len(games)  # one win per game, ties halved
+        assert leaderboard(games) == board
+        widths.append(board[0].high - board[0].low)
+    assert widths[0] > 2 * widths[1] > 4 * widths[2]
 
 
 def test_a_player_that_won_every_game_has_a_finite_score():
@@ -44,6 +51,8 @@ def test_a_player_that_won_every_game_has_a_finite_score():
     assert [s.player for s in board] == ["a", "b"]
     assert all(math.isfinite(v) for s in board for v in (s.score, s.low, s.high))
     assert board[0].score - board[1].score > ELO_SCALE  # better than e:1 odds
+    (once, _) = leaderboard([("a", "b", 1.0)])
+    assert once.high - once.low > 4 * ELO_SCALE  # one game tells little: a wide interval
 
 
 def test_a_tie_is_half_a_win_each():

@@ -138,5 +138,5 @@ def test_the_leaderboard_ranks_checkpoints_with_intervals(client, samples_home, 
         (round(s.score), round(s.low), round(s.high)) for s in expected
     ]
     assert "from 9 blind ratings" in page.text
-    assert client.get("/ratings/leaderboard").text == page.text  # seeded: the same intervals each time
+    assert client.get("/ratings/leaderboard").text == page.text
     assert "no ratings yet" in client.get("/ratings/leaderboard?suite=other").text
