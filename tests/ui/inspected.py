@@ -21,14 +21,19 @@ SUITE = "humaneval"
 
 
 def make_checkpoints(root: Path, manifest: Path, tokenizer: Path) -> tuple[list[Path], list[Path]]:
-    """runs/tiny steps 1 and 2 (seeded random weights) and runs/markup steps 1 and 2 (writing MARKUP_TEXTS)."""
+    """runs/tiny steps 1 and 2 (seeded random weights) and the markup checkpoints (``make_markup``)."""
     spec = load_tokenizer_spec(tokenizer)
     tiny = [save_checkpoint(root / "tiny", s, seeded_model(spec, s), manifest, tokenizer) for s in (1, 2)]
-    markup = [
+    return tiny, make_markup(root, manifest, tokenizer)
+
+
+def make_markup(root: Path, manifest: Path, tokenizer: Path) -> list[Path]:
+    """runs/markup steps 1 and 2, writing MARKUP_TEXTS after MARKUP_PROMPT."""
+    spec = load_tokenizer_spec(tokenizer)
+    return [
         save_checkpoint(root / "markup", s, writing_model(spec, MARKUP_PROMPT, text), manifest, tokenizer)
         for s, text in zip((1, 2), MARKUP_TEXTS, strict=True)
     ]
-    return tiny, markup
 
 
 def sample_id(eval_run_id: str, task_id: str, index: int) -> str:

@@ -1,28 +1,16 @@
 """The UI in a real browser: headless Chromium (Debian's) driven by Playwright, on a factory the
-real jobs built (ingest, dedup, filter, pin, train). Screenshots land in the test's temporary
-folder, or in $FACTORY_UI_SCREENSHOTS (how docs/images/ was made)."""
+real jobs built (ingest, dedup, filter, pin, train; tests/ui/conftest.py). Screenshots land in a
+temporary folder, or in $FACTORY_UI_SCREENSHOTS (how docs/images/ was made)."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
 
-from tests.ui.built_factory import BuiltFactory, Server, build
-
-CHROMIUM = "/usr/bin/chromium"
-# Chromium as root, offline: no sandbox, no GPU, no calls home.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from tests.ui.browser import CHROMIUM, snap
+from tests.ui.built_factory import BuiltFactory, Server
 
 pytestmark = [
     pytest.mark.engine,
@@ -32,49 +20,9 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def factory(spark, tmp_path_factory) -> BuiltFactory:
-    return build(spark, tmp_path_factory.mktemp("ui-home"))
-
-
-@pytest.fixture(scope="module")
-def base_url(factory):
+def base_url(factory: BuiltFactory):
     with Server(factory.home) as url:
         yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture
-def page(browser, base_url):
-    """A fresh tab that records every console message and page error."""
-    context = browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 900})
-    tab = context.new_page()
-    tab.console_messages_seen = []
-    tab.on("console", lambda message: tab.console_messages_seen.append(message.text))
-    tab.on("pageerror", lambda error: tab.console_messages_seen.append(f"pageerror: {error}"))
-    yield tab
-    context.close()
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory) -> Path:
-    folder = Path(os.environ.get("FACTORY_UI_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
-def snap(page, shots: Path, name: str) -> None:
-    path = shots / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    assert path.stat().st_size > 5000  # something was drawn
 
 
 def test_tables_and_snapshots(page, shots):

@@ -1,0 +1,23 @@
+"""Headless Chromium for the UI's browser tests (Debian's, driven by Playwright)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CHROMIUM = "/usr/bin/chromium"
+# Chromium as root, offline: no sandbox, no GPU, no calls home.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def snap(page, shots: Path, name: str) -> None:
+    path = shots / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 5000  # something was drawn

@@ -1,0 +1,46 @@
+"""``factory ui`` as a user starts it: bound to this machine only unless told otherwise, and its
+playground's limits checked before it serves."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from tests.conftest import REPO, run_factory
+
+
+@pytest.mark.engine
+def test_factory_ui_binds_this_machine_only_by_default(factory_home):
+    (factory_home / "warehouse").mkdir(parents=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "factory_cli.main", "ui", "--port", "0"],
+        cwd=REPO,
+        env=os.environ.copy(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline, address = time.monotonic() + 60, None
+        while address is None and time.monotonic() < deadline:
+            line = server.stderr.readline()
+            assert line or server.poll() is None, "factory ui exited before serving"
+            found = re.search(r"Uvicorn running on (http://[^ ]+)", line)
+            address = found.group(1) if found else None
+        assert address is not None and address.startswith("http://127.0.0.1:")
+        home = httpx.get(address + "/", timeout=30)
+        assert home.status_code == 200 and "default-src 'none'" in home.headers["content-security-policy"]
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def test_factory_ui_refuses_playground_limits_that_cannot_work(factory_home):
+    for flags in (["--models", "0"], ["--generate-timeout", "0"]):
+        done = run_factory("ui", *flags)
+        assert done.returncode == 2 and "--generate-workers and --models must be 1 or more" in done.stderr, flags
