@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 CHROMIUM = "/usr/bin/chromium"
 # Chromium as root, offline: no sandbox, no GPU, no calls home.
 CHROMIUM_ARGS = [
@@ -14,6 +16,13 @@ CHROMIUM_ARGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+]
+
+# Every browser test starts servers and Chromium, and needs Chromium installed.
+MARKS = [
+    pytest.mark.engine,
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium is not installed (apt-get install chromium)"),
 ]
 
 

@@ -5,18 +5,13 @@ temporary folder, or in $FACTORY_UI_SCREENSHOTS (how docs/images/ was made)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-from tests.ui.browser import CHROMIUM, snap
+from tests.ui.browser import MARKS, snap
 from tests.ui.built_factory import BuiltFactory, Server
 
-pytestmark = [
-    pytest.mark.engine,
-    pytest.mark.slow,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium is not installed (apt-get install chromium)"),
-]
+pytestmark = MARKS
 
 
 @pytest.fixture(scope="module")

@@ -9,15 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.ui.browser import CHROMIUM, snap
+from tests.ui.browser import MARKS, snap
 from tests.ui.built_factory import BuiltFactory, Server
 from tests.ui.inspected import MARKUP_PROMPT, MARKUP_TEXTS, XSS, make_markup, sample_rows, write_samples
 
-pytestmark = [
-    pytest.mark.engine,
-    pytest.mark.slow,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium is not installed (apt-get install chromium)"),
-]
+pytestmark = MARKS
 
 
 @pytest.fixture(scope="module")
