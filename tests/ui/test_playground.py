@@ -31,7 +31,8 @@ from ui.sources import Sources
 
 @pytest.fixture(scope="module")
 def client(made_home):
-    return TestClient(create_app(Sources(None, [made_home.home])))
+    # On the CPU wherever the tests run: the completions are compared with generate's on the CPU.
+    return TestClient(create_app(Sources(None, [made_home.home]), GenerationSettings(device="cpu")))
 
 
 def token(page: str) -> str:
