@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,9 +99,23 @@ def _load_weights(path: Path, model: nn.Module) -> None:
     state = {"model": model.state_dict()}
     try:
         read_state(path, state, no_dist=True)
-    except (RuntimeError, CheckpointException) as exc:  # a key or shape the checkpoint does not have
-        raise CheckpointError(f"{path} does not hold the model its lineage describes: {exc}") from None
+    except (RuntimeError, CheckpointException) as exc:
+        cause = _first_failure(exc)
+        if isinstance(cause, (OSError, EOFError, pickle.UnpicklingError)):
+            raise CheckpointError(
+                f"{path} cannot be read: a file of it is missing or damaged ({type(cause).__name__}"
+                f"{f': {cause}' if str(cause) else ''}); use another checkpoint of the run"
+            ) from None
+        # a key or shape the checkpoint does not have
+        raise CheckpointError(f"{path} does not hold the model its lineage describes: {cause}") from None
     model.load_state_dict(state["model"])
+
+
+def _first_failure(exc: BaseException) -> BaseException:
+    """What failed under DCP's ``CheckpointException``, whose own message is every rank's traceback."""
+    if isinstance(exc, CheckpointException) and exc.failures:
+        return next(iter(exc.failures.values()))[0]
+    return exc
 
 
 def _checked_tokenizer(path: str, sha256: str) -> TokenizerSpec:

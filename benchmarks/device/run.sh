@@ -4,13 +4,15 @@
 #
 #     bash benchmarks/device/run.sh trainer   # issue 19 point 7: the 1B config on one H200 (< 8 min)
 #     bash benchmarks/device/run.sh loader    # the loader benchmark on the machine's 16 cores (about 3 min)
+#     bash benchmarks/device/run.sh vllm      # issue 31 point 2: vLLM serves `factory export`'s folder, greedy
+#                                             # completions against ours (skips, exit 0, where vllm is missing)
 #     bash benchmarks/device/run.sh trainer --config configs/demo-train.toml --steps 4   # other arguments
 #
 # One check a call: each fits the tool's 10 minutes a command, and a session has 15 minutes of
 # device time in all, the machine's start included.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-check=${1:?say which: trainer or loader}
+check=${1:?say which: trainer, loader or vllm}
 shift
 out=${OUT:-/tmp/device-out}
 archive=${SITE_ARCHIVE:-.device/site.tar.xz}
@@ -34,6 +36,8 @@ case "$check" in
   loader)
     [ $# -gt 0 ] || set -- --home /tmp/device-loaderhome --no-seek
     timeout 540 $PYTHON benchmarks/loader/run.py "$@" 2>&1 | tee "$out/loader.txt" ;;
+  vllm)
+    timeout 540 $PYTHON benchmarks/export/vllm_check.py "$@" 2>&1 | tee "$out/vllm.txt" ;;
   *)
-    echo "unknown check $check: say trainer or loader" >&2; exit 2 ;;
+    echo "unknown check $check: say trainer, loader or vllm" >&2; exit 2 ;;
 esac
