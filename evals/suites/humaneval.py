@@ -55,7 +55,7 @@ def new_sentinel() -> str:
 
 
 def passed(outcome: Outcome, sentinel: str) -> bool:
-    return outcome.passed and outcome.output.rstrip("\n").endswith(sentinel)
+    return outcome.passed and outcome.stdout.rstrip("\n").endswith(sentinel)
 
 
 def params(options: SuiteOptions) -> dict[str, object]:
