@@ -158,14 +158,16 @@ def test_each_way_a_program_ends_has_its_reason():
         "timeout": "import time\ntime.sleep(60)",
     }
     assert sorted(programs) == sorted(EXIT_REASONS)
-    started = time.monotonic()
-    outcomes = dict(zip(programs, run_programs(list(programs.values()), Limits(wall_s=4, cpu_s=1)), strict=True))
-    assert {name: o.exit_reason for name, o in outcomes.items()} == {name: name for name in programs}
+    # The sleeper alone under a short wall clock; the others with room for the busy loop to spend its
+    # second of CPU however loaded the machine is.
+    hung = programs.pop("timeout")
+    outcomes = dict(zip(programs, run_programs(list(programs.values()), Limits(wall_s=120, cpu_s=1)), strict=True))
+    (outcomes["timeout"],) = run_programs([hung], Limits(wall_s=3))
+    assert {name: o.exit_reason for name, o in outcomes.items()} == {name: name for name in EXIT_REASONS}
     assert outcomes["exit"].passed and outcomes["exit"].stdout == "fine\n" and outcomes["exit"].stderr == ""
     error = outcomes["error"]
     assert error.stdout == "before\n" and error.stderr.rstrip().endswith("ValueError: wrong answer")
-    assert 4 <= outcomes["timeout"].duration_s < 30 and outcomes["exit"].duration_s < 4
-    assert time.monotonic() - started < 60
+    assert 3 <= outcomes["timeout"].duration_s < 60 and outcomes["exit"].duration_s < outcomes["cpu"].duration_s
 
 
 def test_output_is_kept_bounded_and_its_end_kept():
