@@ -1,13 +1,14 @@
 """The eval suites by name: a lazy registry, so a new suite is one new module under ``evals/suites/``.
 
 A suite module has ``DESCRIPTION``, ``params(options) -> dict`` (the options its results depend
-on: they name and bind its eval run) and ``run(checkpoint, options) -> list[Metric]``.
+on: they name and bind its eval run) and ``run(checkpoint, options) -> SuiteResult``: its metrics
+(rows of ``evals.results``) and the samples behind them (rows of ``evals.samples``), if any.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 
 from lakehouse.errors import InputError
@@ -15,6 +16,7 @@ from lakehouse.errors import InputError
 SUITES: dict[str, str] = {
     "heldout": "evals.suites.heldout",
     "humaneval": "evals.suites.humaneval",
+    "humaneval_bpb": "evals.suites.humaneval_bpb",
 }
 
 
@@ -42,3 +44,31 @@ def load_suite(name: str) -> ModuleType:
     if module is None:
         raise InputError(f"unknown eval suite {name!r}; known suites: {', '.join(SUITES)}")
     return importlib.import_module(module)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One completion a suite generated, or one text it scored: a row of ``evals.samples``
+    (``lakehouse/schemas.py: EVAL_SAMPLES_SCHEMA``) less what the eval run adds."""
+
+    task_id: str
+    sample_index: int
+    prompt: str
+    completion: str  # as generated, after the stop strings; or the text scored
+    seed: int  # with the prompt and the sampling parameters, ``generate`` reproduces the completion
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_new_tokens: int = 0  # 0: nothing was generated
+    test: str | None = None
+    passed: bool | None = None  # None for a suite that scores rather than judges
+    exit_reason: str | None = None  # the sandbox's (``evals/sandbox.py: EXIT_REASONS``)
+    stdout: str | None = None
+    stderr: str | None = None
+    duration_s: float | None = None
+    score: float | None = None
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    metrics: list[Metric]
+    samples: list[Sample] = field(default_factory=list)

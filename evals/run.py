@@ -1,6 +1,7 @@
-"""Running suites on a checkpoint and committing their metrics: what ``factory eval`` does.
+"""Running suites on a checkpoint and committing their metrics and samples: what ``factory eval`` does.
 
-Each suite is one eval run and one commit to ``evals.results``. Its run id is derived from the
+Each suite is one eval run: one commit to ``evals.samples`` (if it has samples), then one to
+``evals.results`` (``evals/results.py: commit_eval``). Its run id is derived from the
 checkpoint's identity (its DCP index and lineage), the suite and the suite's options, so
 evaluating the same checkpoint and suite again finds the run committed and does nothing; a
 caller's own ``--run-id`` (an orchestrator's) names it ``<run-id>-<suite>`` and is bound to those
@@ -20,7 +21,8 @@ from pyiceberg.catalog import Catalog
 
 from evals.checkpoint_model import LoadedCheckpoint, checkpoint_identity, load_checkpoint, resolve_checkpoint
 from evals.registry import Metric, SuiteOptions, load_suite
-from evals.results import RESULTS_TABLE, commit_results, result_rows
+from evals.results import RESULTS_TABLE, commit_eval, result_rows
+from evals.samples import sample_rows
 from lakehouse.commit import Run, existing_commits
 from lakehouse.run_binding import find_run_commits
 from trainer.lineage import read_lineage
@@ -37,6 +39,7 @@ class SuiteOutcome:
     snapshot_id: int
     metrics: list[Metric]  # empty when the run was already committed (read them with checkpoint_results)
     already_committed: bool
+    samples_snapshot_id: int | None = None  # its evals.samples snapshot, when this call committed samples
 
 
 def eval_run(checkpoint: Path, suite: str, options: SuiteOptions, run_id: str | None = None) -> Run:
@@ -65,7 +68,7 @@ def evaluate_checkpoint(
     run_id: str | None = None,
     device: torch.device | None = None,
 ) -> list[SuiteOutcome]:
-    """Run each suite not yet committed for this checkpoint and commit its metrics."""
+    """Run each suite not yet committed for this checkpoint and commit its metrics and samples."""
     path = resolve_checkpoint(checkpoint)
     outcomes = []
     loaded: LoadedCheckpoint | None = None
@@ -80,17 +83,25 @@ def evaluate_checkpoint(
         if loaded is None:
             loaded = load_checkpoint(path, device)
         log.info("%s: running %s as eval run %s", path, suite, run.run_id)
-        metrics = load_suite(suite).run(loaded, options)
-        rows = result_rows(
-            run_dir=str(loaded.run_dir),
-            checkpoint=str(path),
-            step=loaded.step,
+        result = load_suite(suite).run(loaded, options)
+        common = {"run_dir": str(loaded.run_dir), "checkpoint": str(path), "step": loaded.step, "suite": suite}
+        results = result_rows(
+            **common,
             manifest_fingerprint=loaded.manifest_fingerprint,
             snapshot_ids=loaded.snapshot_ids,
-            suite=suite,
-            metrics=metrics,
+            metrics=result.metrics,
             eval_run_id=run.run_id,
         )
-        result = commit_results(catalog, run, rows)
-        outcomes.append(SuiteOutcome(suite, run.run_id, result.snapshot_id, metrics, result.already_committed))
+        samples = sample_rows(**common, eval_run_id=run.run_id, samples=result.samples)
+        committed, samples_committed = commit_eval(catalog, run, results, samples)
+        outcomes.append(
+            SuiteOutcome(
+                suite,
+                run.run_id,
+                committed.snapshot_id,
+                result.metrics,
+                committed.already_committed,
+                samples_committed.snapshot_id if samples_committed else None,
+            )
+        )
     return outcomes

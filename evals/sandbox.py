@@ -39,6 +39,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from pathlib import Path
 from typing import IO
 
 from lakehouse.errors import MissingDependencyError
+from lakehouse.schemas import SAMPLE_OUTPUT_BYTES
 
 MODES = ("bwrap", "unshare", "setuid")
 SANDBOX_UID = 65534  # nobody, as the program sees itself inside bubblewrap's user namespace
@@ -53,7 +55,9 @@ SANDBOX_UID = 65534  # nobody, as the program sees itself inside bubblewrap's us
 SLOT_UID_BASE = 61000
 UID_RANGE = 4096
 LOCK_DIR = Path(tempfile.gettempdir()) / "factory-sandbox-uids"
-_OUTPUT_TAIL = 4096
+# Why a program ended (``Outcome.exit_reason``): how evals.samples records it.
+EXIT_REASONS = ("exit", "error", "memory", "cpu", "signal", "timeout")
+_MARKER_ROOM = 80  # bytes of an excerpt kept for the line that says it was cut
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,10 @@ class Outcome:
     passed: bool  # exited with status 0 within its limits
     status: str  # passed, failed (non-zero exit or killed by a signal), timeout
     returncode: int | None
-    output: str  # the last 4 KiB of its stdout and stderr
+    stdout: str  # its end, at most SAMPLE_OUTPUT_BYTES bytes of UTF-8, marked where cut (``excerpt``)
+    stderr: str
+    exit_reason: str  # one of EXIT_REASONS (``exit_reason``)
+    duration_s: float  # wall-clock seconds from its start to its end (or its kill)
 
     @property
     def failed(self) -> bool:
@@ -157,16 +164,17 @@ def run_program(source: str, limits: Limits = Limits(), mode: str | None = None,
         (folder / "program.py").write_text(source, encoding="utf-8")
         if uid is not None:
             os.chown(folder, uid, uid)
-        # Read back through this descriptor, never by name: the program owns its folder and could put
-        # a link to another file in the log's place.
-        with tempfile.TemporaryFile(dir=folder) as out:
+        # Read back through these descriptors, never by name: the program owns its folder and could put
+        # a link to another file in the logs' place.
+        with tempfile.TemporaryFile(dir=folder) as out, tempfile.TemporaryFile(dir=folder) as err:
+            started = time.monotonic()
             process = subprocess.Popen(
                 _command(mode, folder, limits, uid),
                 cwd=folder,
                 env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(folder), "PYTHONHASHSEED": "0"},
                 stdin=subprocess.DEVNULL,
                 stdout=out,
-                stderr=subprocess.STDOUT,
+                stderr=err,
                 start_new_session=True,  # its own process group: the timeout kills all of it
                 close_fds=True,
             )
@@ -178,11 +186,31 @@ def run_program(source: str, limits: Limits = Limits(), mode: str | None = None,
             finally:
                 _kill_group(process.pid)
                 process.wait()
+                duration_s = time.monotonic() - started
                 if uid is not None:
                     _kill_uid(uid)  # a process that left the group (setsid) is still this uid's
-            return Outcome(status == "passed", status, returncode, _tail(out))
+            stdout, stderr = _excerpt(out), _excerpt(err)
+            reason = exit_reason(returncode, stderr, mode)
+            return Outcome(status == "passed", status, returncode, stdout, stderr, reason, duration_s)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def exit_reason(returncode: int | None, stderr: str, mode: str) -> str:
+    """``exit`` (status 0), ``error`` (another status), ``memory`` (a MemoryError: RLIMIT_AS),
+    ``cpu`` (SIGKILL or SIGXCPU: RLIMIT_CPU, the only limit that kills), ``signal`` (another
+    signal, e.g. SIGSEGV) or ``timeout`` (the wall clock; ``returncode`` None)."""
+    if returncode is None:
+        return "timeout"
+    killed_by = -returncode if returncode < 0 else None
+    if mode == "bwrap" and returncode > 128:
+        killed_by = returncode - 128  # bubblewrap exits 128 + n for a program killed by signal n, as a shell does
+    if killed_by is not None:
+        return "cpu" if killed_by in (signal.SIGKILL, signal.SIGXCPU) else "signal"
+    if returncode == 0:
+        return "exit"
+    last_line = stderr.rstrip().rsplit("\n", 1)[-1]
+    return "memory" if last_line.startswith("MemoryError") else "error"
 
 
 def _command(mode: str, folder: Path, limits: Limits, uid: int | None) -> list[str]:
@@ -267,7 +295,7 @@ def _works(mode: str) -> bool:
         outcome = run_program("print('ok')", Limits(wall_s=30), mode)
     except (OSError, MissingDependencyError):
         return False
-    return outcome.passed and outcome.output.strip() == "ok"
+    return outcome.passed and outcome.stdout.strip() == "ok"
 
 
 def _kill_group(pgid: int) -> None:
@@ -285,7 +313,12 @@ def _kill_uid(uid: int) -> None:
     )
 
 
-def _tail(out: IO[bytes]) -> str:
+def _excerpt(out: IO[bytes], limit: int = SAMPLE_OUTPUT_BYTES) -> str:
+    """The end of what was written to ``out``, at most ``limit`` bytes once encoded as UTF-8; if cut, a
+    first line says so. The end, not the start: a traceback and the sentinel are last."""
     size = out.seek(0, os.SEEK_END)
-    out.seek(max(0, size - _OUTPUT_TAIL))
-    return out.read().decode("utf-8", errors="replace")
+    room = limit if size <= limit else limit - _MARKER_ROOM
+    out.seek(size - min(size, room))
+    # Invalid UTF-8 becomes U+FFFD (3 bytes for 1): re-encoded and cut again, a split character dropped whole.
+    kept = out.read().decode("utf-8", errors="replace").encode("utf-8")[-room:].decode("utf-8", errors="ignore")
+    return kept if size <= room else f"[the first {size - room:,} of {size:,} bytes are not kept]\n{kept}"

@@ -1,4 +1,5 @@
-"""``factory eval CHECKPOINT``: run eval suites on a checkpoint and append the metrics to ``evals.results``."""
+"""``factory eval CHECKPOINT``: run eval suites on a checkpoint and append the metrics to ``evals.results``,
+every sample behind them to ``evals.samples``."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "eval") -> None:
     parser.add_argument(
         "--samples", type=_positive, default=1, help="completions per problem: pass@k for k <= N (default 1, greedy)"
     )
-    parser.add_argument("--limit", type=_positive, default=None, help="humaneval: only the first N problems")
+    parser.add_argument(
+        "--limit", type=_positive, default=None, help="humaneval, humaneval_bpb: only the first N problems"
+    )
     parser.add_argument(
         "--max-new-tokens", type=_positive, default=128, help="humaneval: longest completion (default 128)"
     )
@@ -49,9 +52,11 @@ def _positive(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from evals.checkpoint_model import resolve_checkpoint
     from evals.registry import SuiteOptions
     from evals.results import checkpoint_results
     from evals.run import evaluate_checkpoint
+    from evals.samples import eval_runs, format_tally
     from lakehouse.catalog import load_catalog
 
     _set_threads(args.threads)
@@ -65,19 +70,20 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
     )
     outcomes = evaluate_checkpoint(catalog, args.checkpoint, args.suite or ["heldout"], options, args.run_id)
-    rows = None
+    checkpoint = str(resolve_checkpoint(args.checkpoint))
+    rows = checkpoint_results(catalog, checkpoint) if any(o.already_committed for o in outcomes) else []
+    samples = {found["eval_run_id"]: found for found in eval_runs(catalog, checkpoint)}
     for outcome in outcomes:
         state = "already committed" if outcome.already_committed else "committed"
         print(f"{outcome.suite}: eval run {outcome.eval_run_id} {state} as evals.results@{outcome.snapshot_id}")
         metrics = [(m.name, m.value, m.samples) for m in outcome.metrics]
         if not metrics:
-            if rows is None:
-                from evals.checkpoint_model import resolve_checkpoint
-
-                rows = checkpoint_results(catalog, str(resolve_checkpoint(args.checkpoint)))
             metrics = [(r["metric"], r["value"], r["samples"]) for r in rows if r["eval_run_id"] == outcome.eval_run_id]
-        for name, value, samples in metrics:
-            print(f"  {name:<24} {value:.6g}  (samples {samples})")
+        for name, value, count in metrics:
+            print(f"  {name:<24} {value:.6g}  (samples {count})")
+        found = samples.get(outcome.eval_run_id)
+        if found and found["samples_snapshot"] is not None:
+            print(f"  evals.samples@{found['samples_snapshot']}: {format_tally(found)}")
     return 0
 
 

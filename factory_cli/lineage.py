@@ -1,5 +1,6 @@
 """``factory lineage``: which data, exactly, made a checkpoint, the decisions that shaped that data
-(``factory.decisions``), and how it scored (``evals.results``)."""
+(``factory.decisions``), and how it scored (``evals.results``, with the samples behind each eval run
+in ``evals.samples``)."""
 
 from __future__ import annotations
 
@@ -24,13 +25,17 @@ def run(args: argparse.Namespace) -> int:
     catalog = existing_catalog(args.catalog)
     decisions, not_found = checkpoint_decisions(catalog, lineage, checkpoint)
     evals = eval_results(catalog, args.checkpoint)
+    runs = checkpoint_eval_runs(catalog, args.checkpoint) if evals else []
     if args.json:
         extra = {"decisions_not_found": not_found} if not_found else {}
-        print(json.dumps({**lineage, "decisions": decisions, **extra, "evals": evals}, indent=2, sort_keys=True))
+        whole = {**lineage, "decisions": decisions, **extra, "evals": evals, "eval_runs": runs}
+        print(json.dumps(whole, indent=2, sort_keys=True))
     else:
         print(format_lineage(lineage))
         print(format_decisions(decisions, not_found))
         print(format_evals(evals))
+        if runs:
+            print(format_eval_runs(runs))
     return 0
 
 
@@ -55,6 +60,26 @@ def eval_results(catalog: Catalog | None, checkpoint: str) -> list[dict[str, Any
     return checkpoint_results(catalog, str(resolve_checkpoint(Path(checkpoint))))
 
 
+def checkpoint_eval_runs(catalog: Catalog, checkpoint: str) -> list[dict[str, Any]]:
+    """Each eval run of the checkpoint: its ``evals.results`` and ``evals.samples`` snapshots, what its samples say."""
+    from evals.checkpoint_model import resolve_checkpoint
+    from evals.samples import eval_runs
+
+    return eval_runs(catalog, str(resolve_checkpoint(Path(checkpoint))))
+
+
+def format_eval_runs(runs: list[dict[str, Any]]) -> str:
+    from evals.samples import format_tally
+
+    lines = ["eval runs (evals.results, evals.samples):"]
+    for run in runs:
+        samples = "no samples"
+        if run["samples_snapshot"] is not None:
+            samples = f"evals.samples@{run['samples_snapshot']}: {format_tally(run)}"
+        lines.append(f"  {run['suite']:<13} {run['eval_run_id']}  evals.results@{run['results_snapshot']}  {samples}")
+    return "\n".join(lines)
+
+
 def format_decisions(rows: list[dict[str, Any]], not_found: list[str]) -> str:
     if not rows and not not_found:
         return "decisions: none recorded for its snapshots, manifest or run (factory decisions lists them all)"
@@ -73,7 +98,7 @@ def format_evals(rows: list[dict[str, Any]]) -> str:
     lines = ["evals (evals.results):"]
     for row in rows:
         lines.append(
-            f"  {row['suite']:<10} {row['metric']:<20} {row['value']:.6g}  samples {row['samples']}  "
+            f"  {row['suite']:<13} {row['metric']:<20} {row['value']:.6g}  samples {row['samples']}  "
             f"run {row['eval_run_id']}  code {row['code_version']}"
         )
     return "\n".join(lines)

@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tokenizer": ("factory_cli.tokenizer", "build a byte-level BPE tokenizer from pinned snapshots"),
     "mix": ("factory_cli.mix", "pin a mixture spec to snapshot ids and data files"),
     "train": ("factory_cli.train", "train a model on a pinned manifest through torchrun"),
-    "eval": ("factory_cli.eval", "run eval suites (heldout, humaneval) on a checkpoint into evals.results"),
+    "eval": ("factory_cli.eval", "run eval suites on a checkpoint into evals.results and evals.samples"),
     "export": ("factory_cli.export", "write a checkpoint as a Hugging Face model folder (transformers, vLLM, SGLang)"),
     "sweep": ("factory_cli.sweep", "search training config keys and mixture weights, trials on Ray Tune"),
     "ablate": ("factory_cli.ablate", "run a base and one-change variants over seeds; differences against seed noise"),

@@ -92,14 +92,19 @@ def clip_gradients(model: nn.Module, max_norm: float) -> float:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, cfg: Config, world: World) -> dict[str, dict[str, float]]:
-    """Held-out loss and perplexity per mixture component, over the same fixed batches each time."""
+def evaluate(
+    model: nn.Module, cfg: Config, world: World, token_bytes: torch.Tensor | None = None
+) -> dict[str, dict[str, float]]:
+    """Held-out loss and perplexity per mixture component, over the same fixed batches each time.
+
+    ``token_bytes`` (bytes of each token id's text): also count the ``bytes`` the scored tokens hold."""
     model.eval()
     dtype = compute_dtype(cfg.train.dtype, world.device)
     loader = build_eval_loader(cfg, world)
     names = loader.components
     sums = torch.zeros(len(names), dtype=torch.float64, device=world.device)
     counts = torch.zeros(len(names), dtype=torch.float64, device=world.device)
+    nbytes = torch.zeros(len(names), dtype=torch.float64, device=world.device)
     try:
         for _, batch in zip(range(cfg.eval.batches), loader, strict=False):
             labels = batch["labels"].to(world.device)
@@ -114,16 +119,23 @@ def evaluate(model: nn.Module, cfg: Config, world: World) -> dict[str, dict[str,
             rows = batch["components"].to(world.device)
             sums.index_add_(0, rows, losses.sum(dim=1).double())
             counts.index_add_(0, rows, (labels != IGNORE_INDEX).sum(dim=1).double())
+            if token_bytes is not None:
+                scored = token_bytes.to(world.device)[labels.clamp(min=0)].masked_fill(labels == IGNORE_INDEX, 0)
+                nbytes.index_add_(0, rows, scored.sum(dim=1).double())
     finally:
         loader.close()
     all_reduce_sum(sums, world)
     all_reduce_sum(counts, world)
+    if token_bytes is not None:
+        all_reduce_sum(nbytes, world)
     model.train()
     results = {}
     for i, name in enumerate(names):
         if counts[i] > 0:
             loss = (sums[i] / counts[i]).item()
             results[name] = {"loss": loss, "ppl": math.exp(min(loss, 50.0)), "tokens": int(counts[i].item())}
+            if token_bytes is not None:
+                results[name]["bytes"] = int(nbytes[i].item())
     return results
 
 

@@ -1,6 +1,8 @@
-"""Tables other parts of the factory may make: eval results and sweep trials, shown where they exist."""
+"""Tables other parts of the factory may make: eval results and samples, sweep trials, shown where they exist."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 from pyiceberg.expressions import EqualTo
 
@@ -8,6 +10,7 @@ from ui.sources import EVALS_TABLE, TRIALS_TABLE, BadRequest, NotFound, Sources
 
 # These tables hold one row per result or trial: small next to document tables, read whole.
 MAX_ROWS = 20000
+SAMPLES_TABLE = ("evals", "samples")
 
 
 def eval_rows(sources: Sources) -> list[dict]:
@@ -15,6 +18,14 @@ def eval_rows(sources: Sources) -> list[dict]:
     if table is None or table.current_snapshot() is None:
         return []
     return table.scan(limit=MAX_ROWS).to_arrow().to_pylist()
+
+
+def sample_counts(sources: Sources) -> Counter[str]:
+    """Rows of ``evals.samples`` per checkpoint folder: only that column is read, the samples' texts never."""
+    table = sources.optional_table(SAMPLES_TABLE)
+    if table is None or table.current_snapshot() is None:
+        return Counter()
+    return Counter(table.scan(selected_fields=("checkpoint",)).to_arrow().column("checkpoint").to_pylist())
 
 
 def run_evals(sources: Sources, run_key: str, run_name: str, run_path: str) -> list[dict]:

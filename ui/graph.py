@@ -1,5 +1,5 @@
 """A snapshot's lineage as a graph: raw input → ingest → dedup → filter → manifest → run →
-checkpoints → eval results, laid out in columns and drawn as SVG by the template.
+checkpoints → eval results (and how many samples back them), laid out in columns and drawn as SVG by the template.
 
 Upstream comes from the snapshots' ``factory.*`` summaries (trainer.lineage.pipeline_runs, the
 walk ``factory lineage`` does); downstream from the manifests that pin the snapshot, the runs that
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from trainer.lineage import pipeline_runs
-from ui.evals import eval_rows
+from ui.evals import eval_rows, sample_counts
 from ui.sources import Sources, checkpoint_dirs, run_manifest_fingerprint
 
 STAGES = ["raw input", "ingest", "dedup", "filter", "snapshot", "manifest", "run", "checkpoint", "eval"]
@@ -139,6 +139,7 @@ def _add_downstream(graph: Graph, sources: Sources, table: str, snapshot_id: int
     if not fingerprints:
         return
     evals = eval_rows(sources)
+    samples = sample_counts(sources) if evals else {}
     for run in sources.runs():
         fingerprint = run_manifest_fingerprint(run)
         if fingerprint not in fingerprints:
@@ -160,11 +161,12 @@ def _add_downstream(graph: Graph, sources: Sources, table: str, snapshot_id: int
             results = [r for r in evals if _belongs(r, run, step_dir, step)]
             if results:
                 suites = sorted({str(r.get("suite")) for r in results})
+                kept = sum(n for folder, n in samples.items() if _belongs({"checkpoint": folder}, run, step_dir, step))
                 node = graph.add(
                     Node(
                         f"eval:{run.key}:{step}",
                         "eval",
-                        f"{len(results)} eval result(s)",
+                        f"{len(results)} results, {kept} samples" if kept else f"{len(results)} eval result(s)",
                         ", ".join(suites),
                         f"/runs/{quote(run.key)}#evals",
                     )

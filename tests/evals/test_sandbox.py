@@ -11,9 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from evals.sandbox import MODES, SLOT_UID_BASE, Limits, _works, claimed_uid, run_programs, sandbox_mode
+from evals.sandbox import (
+    EXIT_REASONS,
+    MODES,
+    SLOT_UID_BASE,
+    Limits,
+    _works,
+    claimed_uid,
+    run_programs,
+    sandbox_mode,
+)
 from evals.suites.humaneval import new_sentinel, pass_at_k, passed, problems, program
 from lakehouse.errors import MissingDependencyError
+from lakehouse.schemas import SAMPLE_OUTPUT_BYTES
 from tests.conftest import REPO
 
 AVAILABLE = [mode for mode in MODES if _works(mode)]
@@ -40,7 +50,7 @@ def test_all_164_canonical_solutions_pass():
     chosen = problems()
     assert len(chosen) == 164
     outcomes = run_programs([program(p, p["canonical_solution"], SENTINEL) for p in chosen], Limits(wall_s=20))
-    failed = [(p["task_id"], o.status, o.output[-300:]) for p, o in zip(chosen, outcomes, strict=True)]
+    failed = [(p["task_id"], o.status, o.stderr[-300:]) for p, o in zip(chosen, outcomes, strict=True)]
     assert [f for f, o in zip(failed, outcomes, strict=True) if not passed(o, SENTINEL)] == []
 
 
@@ -124,13 +134,13 @@ def test_hostile_programs_are_contained_and_fail(mode, tmp_path):
     for name, outcome in outcomes.items():
         assert not passed(outcome, SENTINEL), f"{name}: {outcome}"
     assert outcomes["infinite loop"].status in ("timeout", "failed")
-    assert "MemoryError" in outcomes["10 GB allocation"].output
+    assert "MemoryError" in outcomes["10 GB allocation"].stderr
     assert not outside.exists() and not private_tmp.exists()
     if mode != "setuid":  # setuid mode does not close the network (docs/architecture.md, "The sandbox")
         assert not connected
         assert (
-            "Network is unreachable" in outcomes["open a socket"].output
-            or "refused" in outcomes["open a socket"].output
+            "Network is unreachable" in outcomes["open a socket"].stderr
+            or "refused" in outcomes["open a socket"].stderr
         )
     assert not leftover, "a sandboxed process outlived its run"
     # This process and its parent are alive to say so (compared with the parent it had, not with
@@ -138,11 +148,51 @@ def test_hostile_programs_are_contained_and_fail(mode, tmp_path):
     assert os.getppid() == parent
 
 
+def test_each_way_a_program_ends_has_its_reason():
+    programs = {
+        "exit": "print('fine')",
+        "error": "print('before')\nraise ValueError('wrong answer')",
+        "memory": "block = bytearray(10 * 1024**3)",
+        "cpu": "while True:\n    pass",
+        "signal": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)",
+        "timeout": "import time\ntime.sleep(60)",
+    }
+    assert sorted(programs) == sorted(EXIT_REASONS)
+    # The sleeper alone under a short wall clock; the others with room for the busy loop to spend its
+    # second of CPU however loaded the machine is.
+    hung = programs.pop("timeout")
+    outcomes = dict(zip(programs, run_programs(list(programs.values()), Limits(wall_s=120, cpu_s=1)), strict=True))
+    (outcomes["timeout"],) = run_programs([hung], Limits(wall_s=3))
+    assert {name: o.exit_reason for name, o in outcomes.items()} == {name: name for name in EXIT_REASONS}
+    assert outcomes["exit"].passed and outcomes["exit"].stdout == "fine\n" and outcomes["exit"].stderr == ""
+    error = outcomes["error"]
+    assert error.stdout == "before\n" and error.stderr.rstrip().endswith("ValueError: wrong answer")
+    assert 3 <= outcomes["timeout"].duration_s < 60 and outcomes["exit"].duration_s < outcomes["cpu"].duration_s
+
+
+def test_output_is_kept_bounded_and_its_end_kept():
+    # 3 MB of stdout ending in two-byte characters (so the cut may fall inside one), 1 MB of stderr.
+    source = (
+        "import sys\nsys.stdout.write('x' * 3_000_000 + 'é' * 3000 + '\\nlast line\\n')\n"
+        "sys.stderr.write('e' * 1_000_000 + '\\nthe end\\n')\n"
+    )
+    (loud,) = run_programs([source], Limits(wall_s=20))
+    for text, size, end in (
+        (loud.stdout, 3_000_000 + 6000 + 11, "é\nlast line\n"),
+        (loud.stderr, 1_000_009, "e\nthe end\n"),
+    ):
+        assert len(text.encode("utf-8")) <= SAMPLE_OUTPUT_BYTES
+        assert text.startswith("[the first ") and f"of {size:,} bytes are not kept]\n" in text and text.endswith(end)
+        assert len(text.encode("utf-8")) > SAMPLE_OUTPUT_BYTES - 100  # what fits is kept
+    (quiet,) = run_programs(["print('é' * 10)"], Limits(wall_s=20))
+    assert quiet.stdout == "é" * 10 + "\n"
+
+
 def test_programs_run_at_the_same_time():
     # Each prints when it started and ended: with two workers the two runs overlap.
     source = "import time\nprint(time.time())\ntime.sleep(1.5)\nprint(time.time())\n"
     outcomes = run_programs([source, source], Limits(wall_s=30), workers=2)
-    (start_a, end_a), (start_b, end_b) = ([float(t) for t in o.output.split()] for o in outcomes)
+    (start_a, end_a), (start_b, end_b) = ([float(t) for t in o.stdout.split()] for o in outcomes)
     assert max(start_a, start_b) < min(end_a, end_b)
 
 
