@@ -25,6 +25,7 @@ from evals.suites.humaneval import new_sentinel, pass_at_k, passed, problems, pr
 from lakehouse.errors import MissingDependencyError
 from lakehouse.schemas import SAMPLE_OUTPUT_BYTES
 from tests.conftest import REPO
+from tests.processes import descendants_running, subreaper
 
 AVAILABLE = [mode for mode in MODES if _works(mode)]
 
@@ -82,20 +83,6 @@ def _completion(body: str) -> str:
     return "".join(f"    {line}\n" for line in body.splitlines())
 
 
-def _sandbox_processes() -> list[int]:
-    """Processes running a sandboxed program (their command line names a sandbox folder)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"factory-sandbox-" in cmdline and b"program.py" in cmdline:
-                found.append(int(entry.name))
-    return found
-
-
 # The chosen mode in the fast loop, the fallbacks with the slow tests (each waits out its timeouts).
 @pytest.mark.parametrize(
     "mode", [pytest.param(m, marks=[pytest.mark.slow] if i else []) for i, m in enumerate(AVAILABLE)]
@@ -116,9 +103,10 @@ def test_hostile_programs_are_contained_and_fail(mode, tmp_path):
     sources = [program(problem, _completion(body), SENTINEL) for body in bodies.values()]
     started, parent = time.monotonic(), os.getppid()
     try:
-        outcomes = dict(zip(bodies, run_programs(sources, Limits(wall_s=3, cpu_s=2), mode=mode), strict=True))
-        time.sleep(0.2)
-        leftover = _sandbox_processes()
+        with subreaper():  # another session's sandboxed programs are not this test's leftovers
+            outcomes = dict(zip(bodies, run_programs(sources, Limits(wall_s=3, cpu_s=2), mode=mode), strict=True))
+            time.sleep(0.2)
+            leftover = descendants_running(b"factory-sandbox-", b"program.py")
         listener.setblocking(False)
         try:
             connection, _ = listener.accept()
