@@ -4,7 +4,8 @@ Each suite is one eval run and one commit to ``evals.results``. Its run id is de
 checkpoint's identity (its DCP index and lineage), the suite and the suite's options, so
 evaluating the same checkpoint and suite again finds the run committed and does nothing; a
 caller's own ``--run-id`` (an orchestrator's) names it ``<run-id>-<suite>`` and is bound to those
-same things, so a retry with other options is refused.
+same things, so a retry with other options is refused. A suite's metrics also go to the MLflow run
+that trained the checkpoint, if it was tracked, at the checkpoint's step (``evals/<suite>/<metric>``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from evals.results import RESULTS_TABLE, commit_results, result_rows
 from lakehouse.commit import Run, existing_commits
 from lakehouse.run_binding import find_run_commits
 from trainer.lineage import read_lineage
+from trainer.tracking import log_checkpoint_metrics
 
 log = logging.getLogger("factory.evals")
 
@@ -92,5 +94,8 @@ def evaluate_checkpoint(
             eval_run_id=run.run_id,
         )
         result = commit_results(catalog, run, rows)
+        if not result.already_committed:
+            tracked = {f"evals/{suite}/{m.name}": m.value for m in metrics}
+            log_checkpoint_metrics(path, loaded.lineage, loaded.step, tracked)
         outcomes.append(SuiteOutcome(suite, run.run_id, result.snapshot_id, metrics, result.already_committed))
     return outcomes

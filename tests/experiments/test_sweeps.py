@@ -15,25 +15,17 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.experiments.lakehouse_setup import Lakehouse, make_lakehouse
+from tests.experiments.lakehouse_setup import Lakehouse, enter_lake, lake_fixture
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def lake(tmp_path_factory) -> Lakehouse:
-    home = tmp_path_factory.mktemp("experiments-home")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("FACTORY_HOME", str(home))
-        patch.delenv("FACTORY_CATALOG", raising=False)
-        yield make_lakehouse(home)
+lake = lake_fixture("experiments-home")
 
 
 @pytest.fixture
 def in_lake(lake: Lakehouse, monkeypatch: pytest.MonkeyPatch) -> Lakehouse:
-    monkeypatch.setenv("FACTORY_HOME", str(lake.home))
-    monkeypatch.delenv("FACTORY_CATALOG", raising=False)
-    return lake
+    return enter_lake(lake, monkeypatch)
 
 
 def _rows(sweep_id: str) -> list[dict]:
