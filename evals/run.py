@@ -5,7 +5,8 @@ Each suite is one eval run: one commit to ``evals.samples`` (if it has samples),
 checkpoint's identity (its DCP index and lineage), the suite and the suite's options, so
 evaluating the same checkpoint and suite again finds the run committed and does nothing; a
 caller's own ``--run-id`` (an orchestrator's) names it ``<run-id>-<suite>`` and is bound to those
-same things, so a retry with other options is refused.
+same things, so a retry with other options is refused. A suite's metrics also go to the MLflow run
+that trained the checkpoint, if it was tracked, at the checkpoint's step (``evals/<suite>/<metric>``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from evals.samples import sample_rows
 from lakehouse.commit import Run, existing_commits
 from lakehouse.run_binding import find_run_commits
 from trainer.lineage import read_lineage
+from trainer.tracking import log_checkpoint_metrics
 
 log = logging.getLogger("factory.evals")
 
@@ -94,6 +96,9 @@ def evaluate_checkpoint(
         )
         samples = sample_rows(**common, eval_run_id=run.run_id, samples=result.samples)
         committed, samples_committed = commit_eval(catalog, run, results, samples)
+        if not committed.already_committed:
+            tracked = {f"evals/{suite}/{m.name}": m.value for m in result.metrics}
+            log_checkpoint_metrics(path, loaded.lineage, loaded.step, tracked)
         outcomes.append(
             SuiteOutcome(
                 suite,

@@ -46,8 +46,10 @@ from experiments.sweep_spec import (
     table,
     trial_resources,
 )
+from experiments.tracking import log_to_sweep_run
 from lakehouse.config_keys import refuse_unknown_keys
 from lakehouse.errors import ConfigError
+from trainer.tracking import metric_values
 
 BASE = "base"
 SEED_KEY = "run.seed"
@@ -225,4 +227,24 @@ def run_ablation(
     outcome = run_trials(
         setup, space, Schedule(cpus=spec.cpus, gpus=spec.gpus), resume=resume, address=address, num_cpus=num_cpus
     )
-    return outcome, analyse(outcome.rows, spec.alpha)
+    reports = analyse(outcome.rows, spec.alpha)
+    log_to_sweep_run(outcome.sweep_dir, *verdicts(reports))
+    return outcome, reports
+
+
+def verdicts(reports: Sequence[VariantReport]) -> tuple[dict[str, float], dict[str, str]]:
+    """The report as the ablation's MLflow parent run holds it: metrics ``ablation/<variant>/…`` (the
+    metric's mean and std over seeds, the paired difference's, the p-value) and a tag per variant,
+    ``ablation.<variant>``: ``beyond seed noise``, ``within seed noise`` or ``base``."""
+    metrics: dict[str, float] = {}
+    tags: dict[str, str] = {}
+    for r in reports:
+        values = {"metric_mean": r.mean, "metric_std": r.std} if r.metrics else {}
+        if r.variant != BASE:
+            tags[f"ablation.{r.variant}"] = "beyond seed noise" if r.exceeds_noise else "within seed noise"
+            values |= {"difference": r.difference, "difference_std": r.difference_std} if r.differences else {}
+            values |= {"p_value": r.p_value} if r.p_value is not None else {}
+        else:
+            tags[f"ablation.{BASE}"] = BASE
+        metrics |= metric_values(f"ablation/{r.variant}", values)
+    return metrics, tags

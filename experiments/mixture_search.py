@@ -35,9 +35,11 @@ import numpy as np
 
 from experiments import sweep_spec as checks
 from experiments.sweep_spec import MIXTURE_KEY, read_spec, spec_hash, trial_resources
+from experiments.tracking import log_to_sweep_run
 from experiments.trial import TrialSetup
 from lakehouse.config_keys import refuse_unknown_keys
 from lakehouse.errors import ConfigError, InputError
+from trainer.tracking import metric_values
 
 MODELS = ("linear", "quadratic", "lightgbm")
 _SPEC_KEYS = {"name", "config", "trials", "seed", "set", "target", "nproc", "resources", "concentration",
@@ -345,7 +347,15 @@ def run_search(
     x = np.array([[float(r["params"][MIXTURE_KEY][c]) for c in components] for r in scored])
     y = np.array([float(r["metric"]) for r in scored])
     fit = fit_and_optimise(components, x, y, shares, spec)
+    log_to_sweep_run(outcome.sweep_dir, fit_metrics(fit), {"search.model": fit.model})
     return SearchResult(spec.search_id, components, shares, outcome.rows, fit, outcome)
+
+
+def fit_metrics(fit: Fit) -> dict[str, float]:
+    """The fit as the search's MLflow parent run holds it: ``fit/cv_spearman`` (the chosen model's),
+    ``fit/scores/<model>``, ``fit/predicted_metric`` and ``fit/optimum/<component>``."""
+    values = {"cv_spearman": fit.cv_spearman, "scores": fit.scores, "predicted_metric": fit.predicted}
+    return metric_values("fit", {**values, "optimum": fit.optimum})
 
 
 def write_winner(catalog: Any, result: SearchResult, spec: SearchSpec, base_manifest: str, output: str | Path):

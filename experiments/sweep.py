@@ -10,6 +10,7 @@ re-running finished trials. A driver-side callback commits each trial's row as t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import math
@@ -24,6 +25,7 @@ from typing import Any
 from ray.tune import Callback
 
 from experiments.sweep_spec import MIXTURE_KEY, SweepSpec, toml_literal
+from experiments.tracking import log_sweep_outcome, sweep_run
 from experiments.trial import (
     TrialSetup,
     is_config_key,
@@ -227,11 +229,8 @@ def run_trials(
     trainable: Callable[[dict[str, Any], TrialSetup], None] = run_trial,
 ) -> SweepOutcome:
     """Run (or resume) the trials of ``param_space`` (Tune's, each trial's parameters under
-    ``params``) on Ray Tune; one row per finished trial."""
-    from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
-    from ray.tune.search import BasicVariantGenerator
-
+    ``params``) on Ray Tune; one row per finished trial. Tracked in MLflow as the base config says
+    (``experiments/tracking.py``)."""
     sweep_dir = Path(setup.sweep_dir)
     state = sweep_dir / TUNE_DIR
     if resume and not state.is_dir():
@@ -242,6 +241,29 @@ def run_trials(
             f"from scratch remove {sweep_dir} or rename the sweep"
         )
     sweep_dir.mkdir(parents=True, exist_ok=True)
+    with sweep_run(setup) as tracking:
+        tracked = dataclasses.replace(setup, mlflow=tracking)
+        outcome = _fit(tracked, param_space, schedule, resume, address, num_cpus, trainable)
+        log_sweep_outcome(tracking, outcome.rows)
+    return outcome
+
+
+def _fit(
+    setup: TrialSetup,
+    param_space: Mapping[str, Any],
+    schedule: Schedule,
+    resume: bool,
+    address: str | None,
+    num_cpus: int | None,
+    trainable: Callable[[dict[str, Any], TrialSetup], None],
+) -> SweepOutcome:
+    """The trials on Ray Tune: started, or restored from the sweep's saved state."""
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search import BasicVariantGenerator
+
+    sweep_dir = Path(setup.sweep_dir)
+    state = sweep_dir / TUNE_DIR
     recorder = TrialRecorder(setup)
     fn = tune.with_resources(tune.with_parameters(trainable, setup=setup), {"cpu": schedule.cpus, "gpu": schedule.gpus})
     with ray_session(address, num_cpus):

@@ -49,6 +49,7 @@ class TrialSetup:
     target: Mapping[str, float] = field(default_factory=dict)
     factory_home: str | None = None
     catalog_name: str | None = None
+    mlflow: Any = None  # experiments.tracking.SweepTracking: where the trials log; None: not tracked
 
 
 def run_dir_of(setup: TrialSetup, trial_id: str) -> Path:
@@ -94,6 +95,8 @@ def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
     """Ray Tune's function trainable: train, report each evaluation, raise if the run failed."""
     from ray import tune
 
+    from experiments.tracking import TrialRun
+
     trial_id = tune.get_context().get_trial_id()
     params = config.get("params", {})
     run_dir = run_dir_of(setup, trial_id)
@@ -104,13 +107,14 @@ def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
         manifest = pin_trial_manifest(setup, weights, tables, run_dir, trial_id)
         overrides += [f"data.manifest={toml_literal(manifest)}", f"eval.manifest={toml_literal(setup.base_manifest)}"]
     resume = (run_dir / "checkpoints").is_dir()  # a trial restarted after an interruption continues
-    argv = command(setup.config, setup.nproc, overrides, resume=resume)
     env = {**os.environ, "OMP_NUM_THREADS": str(setup.threads)}
     if setup.factory_home:
         env["FACTORY_HOME"] = setup.factory_home
-    started = time.time()
     watcher = MetricsWatcher(run_dir / "metrics.jsonl", setup.target)
-    with (run_dir / "trial.log").open("ab") as log:
+    with (run_dir / "trial.log").open("ab") as log, TrialRun(setup, config, run_dir, trial_id, log) as tracked:
+        argv = command(setup.config, setup.nproc, [*overrides, *tracked.overrides], resume=resume)
+        env.update(tracked.env)
+        started = time.time()
         process = subprocess.Popen(
             argv, cwd=setup.cwd, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
         )
@@ -126,11 +130,12 @@ def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
                     process.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     process.kill()
-    if process.returncode != 0:
-        raise TrialFailed(f"training exited {process.returncode}: {_tail(run_dir / 'trial.log')}")
-    list(watcher.new_evaluations())
-    summary = watcher.summary(run_dir)
-    tune.report({**summary, "wall_seconds": time.time() - started, "done_training": True})
+        if process.returncode != 0:
+            raise TrialFailed(f"training exited {process.returncode}: {_tail(run_dir / 'trial.log')}")
+        list(watcher.new_evaluations())
+        summary = {**watcher.summary(run_dir), "wall_seconds": time.time() - started}
+        tracked.finish(summary)
+    tune.report({**summary, "done_training": True})
 
 
 def pin_trial_manifest(

@@ -7,6 +7,7 @@
     [optim]      lr, betas, weight_decay, warmup_steps, min_lr_ratio
     [eval]       every, batches, manifest
     [checkpoint] every, keep
+    [mlflow]     enabled, tracking_uri, experiment
 
 ``--set section.key=value`` overrides a field (the value parsed as TOML, else taken as text).
 """
@@ -21,6 +22,7 @@ from typing import Any, ClassVar
 
 from lakehouse.config_keys import refuse_unknown_keys
 from lakehouse.errors import ConfigError
+from lakehouse.redact import redact
 
 
 def _check(ok: bool, message: str) -> None:
@@ -145,6 +147,21 @@ class CheckpointConfig:
 
 
 @dataclass
+class MlflowConfig:
+    enabled: bool = True  # log the run to MLflow (rank 0, trainer/tracking.py); false = off
+    tracking_uri: str = ""  # "" = $MLFLOW_TRACKING_URI, else SQLite at $FACTORY_HOME/mlflow/mlflow.db
+    experiment: str = ""  # "" = factory/<factory>/<run> for a factory definition's run, else factory/train
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.enabled, bool), f"mlflow.enabled must be true or false, got {self.enabled!r}")
+        _check(
+            redact(self.tracking_uri) == self.tracking_uri,
+            "mlflow.tracking_uri must not hold a credential (it is written to config.resolved.json and lineage): "
+            "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN, instead",
+        )
+
+
+@dataclass
 class Config:
     data: DataConfig
     run: RunConfig = field(default_factory=RunConfig)
@@ -153,6 +170,7 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
 
     def __post_init__(self) -> None:
         if not self.model.max_seq_len:
@@ -181,6 +199,7 @@ _SECTION_TYPES = {
     "optim": OptimConfig,
     "eval": EvalConfig,
     "checkpoint": CheckpointConfig,
+    "mlflow": MlflowConfig,
 }
 
 

@@ -79,6 +79,11 @@ def format_lineage(lineage: dict[str, Any]) -> str:
     provenance = lineage["manifest"].get("provenance")
     if provenance:
         lines.append(f"weights from {_format_provenance(provenance)}")
+    tracked = lineage.get("mlflow")
+    if tracked:
+        lines.append(
+            f"mlflow run {tracked['run_id']}  experiment {tracked['experiment']}  at {tracked['tracking_uri']}"
+        )
     lines.append("data:")
     for component in lineage.get("components", []):
         lines.append(

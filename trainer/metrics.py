@@ -1,6 +1,6 @@
-"""Training metrics: JSON lines always, TensorBoard when it is installed, a line on the console, and
-Prometheus gauges and counters on every rank (served when ``run.metrics_port`` is set; the names
-are listed in docs/architecture.md#metrics-and-alerts)."""
+"""Training metrics: JSON lines always, TensorBoard when it is installed, MLflow when ``mlflow.enabled``
+(``trainer/tracking.py``), a line on the console, and Prometheus gauges and counters on every rank
+(served when ``run.metrics_port`` is set; the names are listed in docs/architecture.md#metrics-and-alerts)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import Counter, Gauge, start_http_server
+
+from trainer.tracking import TrainingTracker, metric_values
 
 STEP = Gauge("factory_train_step", "Optimizer steps done")
 STEPS = Counter("factory_train_steps", "Optimizer steps taken by this process")
@@ -46,11 +48,14 @@ def export_eval(results: dict[str, dict[str, float]]) -> None:
 
 
 class MetricsLog:
-    """Rank 0 writes ``<run_dir>/metrics.jsonl`` (appending across resumes) and echoes progress."""
+    """Rank 0 writes ``<run_dir>/metrics.jsonl`` (appending across resumes), echoes progress and
+    hands each record to its MLflow ``tracker``, if any. As a context manager it ends the MLflow run
+    as the block ends: FINISHED, FAILED on an error, KILLED on Ctrl-C."""
 
-    def __init__(self, run_dir: Path, enabled: bool, total_steps: int) -> None:
+    def __init__(self, run_dir: Path, enabled: bool, total_steps: int, tracker: TrainingTracker | None = None) -> None:
         self.enabled = enabled
         self.total_steps = total_steps
+        self.tracker = tracker
         self._file = None
         self._tensorboard = None
         if not enabled:
@@ -73,13 +78,23 @@ class MetricsLog:
             for key, value in _flatten(values).items():
                 if isinstance(value, (int, float)):
                     self._tensorboard.add_scalar(f"{kind}/{key}", value, step)
+        if self.tracker is not None:
+            self.tracker.log(step, metric_values(kind, values), record["time"])
         print(_console_line(step, self.total_steps, kind, values), file=sys.stderr, flush=True)
 
-    def close(self) -> None:
+    def close(self, status: str = "FINISHED") -> None:
         if self._file:
             self._file.close()
         if self._tensorboard is not None:
             self._tensorboard.close()
+        if self.tracker is not None:
+            self.tracker.close(status)
+
+    def __enter__(self) -> MetricsLog:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        self.close("FINISHED" if kind is None else "KILLED" if issubclass(kind, KeyboardInterrupt) else "FAILED")
 
 
 def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:

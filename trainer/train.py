@@ -8,7 +8,6 @@ of ranks. Without torchrun it runs as one plain, unsharded process.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import resource
@@ -33,6 +32,7 @@ from trainer.metrics import MetricsLog, export_eval, export_step, serve_promethe
 from trainer.model import Transformer
 from trainer.parallel import World, all_reduce_sum, apply_compile, apply_fsdp, compute_dtype, init_world, shutdown
 from trainer.schedule import warmup_cosine
+from trainer.tracking import TrainingTracker, checkpoint_tags, run_params, run_tags, tracking_uri
 
 
 def build_model(cfg: Config, world: World) -> nn.Module:
@@ -142,11 +142,23 @@ def evaluate(
 def train(cfg: Config, world: World, resume: bool = False) -> list[float]:
     """Run (or continue) training; returns the losses of the steps this call ran."""
     serve_prometheus(cfg.run.metrics_port, cfg.run.metrics_host, world.local_rank)
-    loader, vocab_size = build_loader(cfg, world)
+    # Started first: MLflow's import (seconds) runs in the tracker's thread while the loader starts.
+    tracker = TrainingTracker(tracking_uri(cfg.mlflow.tracking_uri), Path(cfg.run.dir)) if tracked(cfg, world) else None
+    try:
+        loader, vocab_size = build_loader(cfg, world)
+    except BaseException:
+        if tracker is not None:
+            tracker.close("FAILED")  # no run was made yet: this only ends its thread
+        raise
     # Both are closed however the run ends (the `with` is their `finally`): an error or Ctrl-C
-    # mid-run must not leave Ray pipelines running or the metrics file open.
-    with loader, contextlib.closing(MetricsLog(Path(cfg.run.dir), world.is_main, cfg.train.steps)) as metrics:
+    # mid-run must not leave Ray pipelines running, the metrics file open or the MLflow run RUNNING.
+    with loader, MetricsLog(Path(cfg.run.dir), world.is_main, cfg.train.steps, tracker) as metrics:
         return _train(cfg, world, resume, loader, vocab_size, metrics)
+
+
+def tracked(cfg: Config, world: World) -> bool:
+    """Whether this process logs the run to MLflow: rank 0, when ``mlflow.enabled``."""
+    return world.is_main and cfg.mlflow.enabled
 
 
 def _train(
@@ -171,8 +183,11 @@ def _train(
         print(f"no complete checkpoint under {run_dir / 'checkpoints'}; starting from step 0", file=sys.stderr)
 
     lineage = lineage_base(cfg, loader) if world.is_main else {}
+    tracker = metrics.tracker
     if world.is_main:
         (run_dir / "config.resolved.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=list))
+        if tracker is not None:
+            tracker.start(cfg.mlflow.experiment, run_params(cfg.to_dict()), run_tags(run_dir, lineage, world.size))
         metrics.log(step, "start", {"params": model_params(model), "world": world.size, "resumed": latest is not None})
 
     losses = []
@@ -212,8 +227,11 @@ def _train(
             metrics.log(step, "eval", results)
         if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or last:
             state = loader.state_dict()
-            record = lineage_record(lineage, run_dir, step, state, cfg) if world.is_main else {}
+            tracked_run = tracker.reference() if tracker is not None else None
+            record = lineage_record(lineage, run_dir, step, state, cfg, tracked_run) if world.is_main else {}
             checkpoint.save(run_dir, step, model, optimizer, scheduler, state, record, world, cfg.checkpoint.keep)
+            if tracker is not None:
+                tracker.set_tags(checkpoint_tags([path for _, path in checkpoint.complete_checkpoints(run_dir)]))
     return losses
 
 
@@ -228,8 +246,11 @@ def model_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters()) if not hasattr(model, "num_params") else model.num_params()
 
 
-def lineage_record(base: dict, run_dir: Path, step: int, loader_state: dict, cfg: Config) -> dict:
-    """The checkpoint's lineage.json: what data, from where, up to which position of the stream.
+def lineage_record(
+    base: dict, run_dir: Path, step: int, loader_state: dict, cfg: Config, tracked_run: dict | None = None
+) -> dict:
+    """The checkpoint's lineage.json: what data, from where, up to which position of the stream,
+    and the MLflow run it was logged to (``tracked_run``), if any.
 
     The stream is a pure function of the manifest, tokenizer and loader settings, so the index of
     the next global batch places the run exactly; rank 0's full loader state is kept beside it
@@ -243,7 +264,14 @@ def lineage_record(base: dict, run_dir: Path, step: int, loader_state: dict, cfg
         "rank0_state": loader_state,
     }
     path = checkpoint.checkpoints_dir(run_dir) / f"step-{step}"
-    return {**base, "checkpoint": str(path), "step": step, "loader_position": position, "code_version": code_version()}
+    record = {
+        **base,
+        "checkpoint": str(path),
+        "step": step,
+        "loader_position": position,
+        "code_version": code_version(),
+    }
+    return {**record, "mlflow": tracked_run} if tracked_run else record
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from tests.pipelines.dedup_corpus import write_table
 
 COMPONENTS = ("text", "code", "num")
@@ -72,3 +74,24 @@ batches = 1
 """
     )
     return Lakehouse(home, home / "manifest.json", config)
+
+
+def lake_fixture(folder: str):
+    """A module-scoped fixture: the tiny lakehouse, made once in its own ``$FACTORY_HOME``."""
+
+    @pytest.fixture(scope="module")
+    def lake(tmp_path_factory) -> Lakehouse:
+        home = tmp_path_factory.mktemp(folder)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("FACTORY_HOME", str(home))
+            patch.delenv("FACTORY_CATALOG", raising=False)
+            yield make_lakehouse(home)
+
+    return lake
+
+
+def enter_lake(lake: Lakehouse, monkeypatch: pytest.MonkeyPatch) -> Lakehouse:
+    """Point this test (and the processes it starts) at ``lake``'s ``$FACTORY_HOME``."""
+    monkeypatch.setenv("FACTORY_HOME", str(lake.home))
+    monkeypatch.delenv("FACTORY_CATALOG", raising=False)
+    return lake

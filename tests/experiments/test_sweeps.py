@@ -15,25 +15,17 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.experiments.lakehouse_setup import Lakehouse, make_lakehouse
+from tests.experiments.lakehouse_setup import Lakehouse, enter_lake, lake_fixture
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def lake(tmp_path_factory) -> Lakehouse:
-    home = tmp_path_factory.mktemp("experiments-home")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("FACTORY_HOME", str(home))
-        patch.delenv("FACTORY_CATALOG", raising=False)
-        yield make_lakehouse(home)
+lake = lake_fixture("experiments-home")
 
 
 @pytest.fixture
 def in_lake(lake: Lakehouse, monkeypatch: pytest.MonkeyPatch) -> Lakehouse:
-    monkeypatch.setenv("FACTORY_HOME", str(lake.home))
-    monkeypatch.delenv("FACTORY_CATALOG", raising=False)
-    return lake
+    return enter_lake(lake, monkeypatch)
 
 
 def _rows(sweep_id: str) -> list[dict]:
@@ -49,6 +41,45 @@ def _starts(run_dir: str) -> int:
     if not path.is_file():
         return 0
     return sum(json.loads(line)["kind"] == "start" for line in path.read_text().splitlines())
+
+
+def _tracked(sweep_dir: Path):
+    """The sweep's MLflow parent run and its trials' runs by trial id (the default store: SQLite)."""
+    from mlflow import MlflowClient
+
+    record = json.loads((sweep_dir / "mlflow.json").read_text())
+    client = MlflowClient(record["tracking_uri"])
+    parent = client.get_run(record["run_id"])
+    nested = f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
+    children = client.search_runs([record["experiment_id"]], filter_string=nested)
+    return client, record, parent, {run.data.tags["factory.trial_id"]: run for run in children}
+
+
+def _check_trial_runs(sweep_dir: Path, rows: list[dict]) -> None:
+    """Each trial is one MLflow run under the sweep's: Tune's parameters, the training's per-step
+    metrics and config, the trial's outcome, and the run folder naming it."""
+    client, _, parent, children = _tracked(sweep_dir)
+    assert set(children) == {r["trial_id"] for r in rows}
+    for row in rows:
+        run = children[row["trial_id"]]
+        assert json.loads((Path(row["run_dir"]) / "mlflow.json").read_text())["run_id"] == run.info.run_id
+        assert run.data.tags["factory.run_id"] == row["run_dir"] and run.info.run_name == row["trial_id"]
+        for key, value in row["params"].items():
+            assert run.data.params[f"params/{key}"] == str(value)
+            if key in ("optim.lr", "run.seed") and row["status"] != "failed":  # the training's config too
+                assert run.data.params[key] == str(value)
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
+        if row["status"] == "failed":
+            # Killed outright after step 2: what its tracker's queue still held died with it.
+            assert run.info.status == "FAILED" and steps == [1, 2][: len(steps)]
+            assert "trial/target" not in run.data.metrics
+        else:
+            assert run.info.status == "FINISHED" and steps == [1, 2, 3]
+            assert run.data.metrics["trial/target"] == row["metric"]
+            assert run.data.metrics["trial/tokens_seen"] == row["tokens_seen"]
+    scored = [r["metric"] for r in rows if r["metric"] is not None]
+    assert parent.data.metrics["sweep/trials"] == len(rows) and parent.data.metrics["sweep/best_metric"] == min(scored)
+    assert parent.data.metrics["sweep/failed"] == sum(r["status"] == "failed" for r in rows)
 
 
 def test_a_2x2_grid_lands_4_rows_and_a_crashing_trial_is_recorded_as_failed(in_lake, tmp_path, monkeypatch):
@@ -104,6 +135,10 @@ def test_a_2x2_grid_lands_4_rows_and_a_crashing_trial_is_recorded_as_failed(in_l
     assert [p.name for p in plots] == ["loss_curves.png", "metric_vs_params.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in plots)
 
+    _check_trial_runs(outcome.sweep_dir, rows)
+    _, record, parent, _ = _tracked(outcome.sweep_dir)
+    assert record["experiment"] == f"factory/sweep/{outcome.sweep_id}" and parent.info.status == "FINISHED"
+
 
 def test_an_interrupted_sweep_resumes_without_rerunning_finished_trials(in_lake, tmp_path):
     spec = tmp_path / "seeds.toml"
@@ -125,6 +160,9 @@ def test_an_interrupted_sweep_resumes_without_rerunning_finished_trials(in_lake,
     before = {r["trial_id"]: r for r in _rows(sweep_id)}
     assert first.returncode == 130, output[-3000:]
     assert 1 <= len(before) < 3 and "--resume" in output
+    from experiments.sweep import sweep_dir_of
+
+    parent_before = json.loads((sweep_dir_of(sweep_id) / "mlflow.json").read_text())["run_id"]
 
     second = subprocess.run([*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
@@ -134,6 +172,9 @@ def test_an_interrupted_sweep_resumes_without_rerunning_finished_trials(in_lake,
     for trial_id, row in before.items():
         assert _starts(row["run_dir"]) == 1, f"finished trial {trial_id} was run again"
     assert "RANK" in second.stdout
+    # The resumed sweep continues its MLflow run, and each trial's (a restarted one included).
+    _check_trial_runs(sweep_dir_of(sweep_id), after)
+    assert _tracked(sweep_dir_of(sweep_id))[2].info.run_id == parent_before
 
 
 def test_the_ablation_noise_test_flags_a_real_difference_and_not_a_rerun_of_the_base(in_lake):
@@ -152,3 +193,13 @@ def test_the_ablation_noise_test_flags_a_real_difference_and_not_a_rerun_of_the_
     assert by_name["lr-100x-smaller"].exceeds_noise and by_name["lr-100x-smaller"].difference > 0
     assert not by_name["base-again"].exceeds_noise
     assert len(by_name["base"].metrics) == 3 and by_name["base"].std > 0  # the seeds do differ
+    # The verdicts on the ablation's MLflow run, beside its nine trials' runs.
+    _check_trial_runs(outcome.sweep_dir, outcome.rows)
+    _, record, parent, _ = _tracked(outcome.sweep_dir)
+    assert record["experiment"] == f"factory/ablate/{spec.ablation_id}"
+    assert parent.data.tags["ablation.lr-100x-smaller"] == "beyond seed noise"
+    assert parent.data.tags["ablation.base-again"] == "within seed noise"
+    smaller = by_name["lr-100x-smaller"]
+    assert parent.data.metrics["ablation/lr-100x-smaller/p_value"] == smaller.p_value
+    assert parent.data.metrics["ablation/lr-100x-smaller/difference"] == smaller.difference
+    assert parent.data.metrics["ablation/base/metric_mean"] == by_name["base"].mean
