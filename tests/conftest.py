@@ -17,6 +17,9 @@ REPO = Path(__file__).resolve().parent.parent
 # Every Spark the tests start, in process or in a subprocess, is local[2] without a UI.
 os.environ.setdefault("FACTORY_SPARK_MASTER", "local[2]")
 os.environ.setdefault("FACTORY_SPARK_DRIVER_MEMORY", "2g")
+# No run is tracked in MLflow unless its test says so (tests/trainer/test_tracking.py, the sweeps):
+# importing MLflow and making a fresh store cost each short training run seconds.
+os.environ.setdefault("FACTORY_MLFLOW", "off")
 
 # A test that uses one of these, directly or through another fixture, starts an engine (a JVM,
 # a Ray cluster, a database server): it is marked `engine` and left out of `make test-fast`.

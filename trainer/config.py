@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,9 +147,16 @@ class CheckpointConfig:
         _check(self.every >= 0 and self.keep > 0, "checkpoint.every must be >= 0 and checkpoint.keep > 0")
 
 
+def _tracking_by_default() -> bool:
+    # An operator's switch for machines where no run should be tracked unless its config says so
+    # (CI, a test suite): it changes the default only, so a config's explicit value still wins.
+    return os.environ.get("FACTORY_MLFLOW", "on") != "off"
+
+
 @dataclass
 class MlflowConfig:
-    enabled: bool = True  # log the run to MLflow (rank 0, trainer/tracking.py); false = off
+    # log the run to MLflow (rank 0, trainer/tracking.py); false = off; default true, false when FACTORY_MLFLOW=off
+    enabled: bool = field(default_factory=_tracking_by_default)
     tracking_uri: str = ""  # "" = $MLFLOW_TRACKING_URI, else SQLite at $FACTORY_HOME/mlflow/mlflow.db
     experiment: str = ""  # "" = factory/<factory>/<run> for a factory definition's run, else factory/train
 

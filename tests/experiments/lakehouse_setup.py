@@ -71,6 +71,9 @@ warmup_steps = 1
 
 [eval]
 batches = 1
+
+[mlflow]
+enabled = true  # tracked although the suite sets FACTORY_MLFLOW=off: the sweeps read their runs back
 """
     )
     return Lakehouse(home, home / "manifest.json", config)

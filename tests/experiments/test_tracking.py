@@ -34,7 +34,7 @@ def test_a_sweep_whose_tracker_is_dead_says_so_once_and_runs_untracked(tmp_path,
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     config = tmp_path / "train.toml"
     config.write_text(
-        f'[data]\nmanifest = "m.json"\ntokenizer = "t.json"\n[mlflow]\ntracking_uri = "http://127.0.0.1:{free_port()}"\n'
+        f'[data]\nmanifest = "m.json"\ntokenizer = "t.json"\n[mlflow]\nenabled = true\ntracking_uri = "http://127.0.0.1:{free_port()}"\n'
     )
     setup = SimpleNamespace(config=str(config), overrides=(), sweep_dir=str(tmp_path / "sweep"), kind="sweep",
                             sweep_id="s-1", mlflow=None)  # fmt: skip

@@ -41,7 +41,12 @@ def server(tmp_path_factory):
 
 def train(lake: Lakehouse, run_dir: Path, *sets: str, nproc: int = 1, env: dict | None = None, resume: bool = False):
     argv = ["train", "--config", str(lake.config), "--nproc", str(nproc), "--set", f"run.dir='{run_dir}'"]
-    for override in ("eval.every=2", "checkpoint.every=2", *sets):
+    for override in (
+        "mlflow.enabled=true",
+        "eval.every=2",
+        "checkpoint.every=2",
+        *sets,
+    ):  # the suite sets FACTORY_MLFLOW=off
         argv += ["--set", override]
     proc = run_factory(
         *argv, *(["--resume"] if resume else []), env={"OMP_NUM_THREADS": "1", **(env or {})}, timeout=600
