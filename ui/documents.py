@@ -5,7 +5,8 @@ read). Page ``p`` starts at row ``p × size``: the record counts say which file 
 file's Parquet footer says which row group, and only those row groups are read. A ``doc_id`` is
 found through Iceberg's file pruning (column bounds) and then the row groups' own statistics. A
 substring search reads row groups in order from a cursor and stops after a bounded amount of
-work, handing back the cursor to go on from.
+work, handing back the cursor to go on from. A snapshot never changes, so its file list, its pages
+and its searches are kept (ui/cache.py), keyed on the table's uuid and the snapshot id.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pyiceberg.table import Table
 
 from lakehouse.catalog import plan_snapshot
 from lakehouse.parquet import open_parquet
+from ui.cache import memo, pinned
 from ui.sources import BadRequest
 
 PAGE_SIZE = 25
@@ -44,12 +46,14 @@ class DocumentPage:
     notes: list[str] = field(default_factory=list)
 
 
+@memo(64, key=pinned)
 def data_files(table: Table, snapshot_id: int, label: str) -> list[DataFile]:
     """The snapshot's data files in a fixed order, with record counts from the manifests."""
     tasks = plan_snapshot(table, snapshot_id, label)
     return sorted((DataFile(t.file.file_path, t.file.record_count) for t in tasks), key=lambda f: f.uri)
 
 
+@memo(256, key=pinned)
 def read_page(table: Table, snapshot_id: int, label: str, page: int, size: int = PAGE_SIZE) -> DocumentPage:
     files = data_files(table, snapshot_id, label)
     total = sum(f.records for f in files)
@@ -72,6 +76,13 @@ def read_page(table: Table, snapshot_id: int, label: str, page: int, size: int =
     )
 
 
+def _text_bytes(found: tuple[dict | None, int, int]) -> int:
+    row = found[0] or {}
+    return 1024 + sum(len(v) for v in row.values() if isinstance(v, (str, bytes)))
+
+
+# Whole documents, texts and all: bounded by their size (64 MB), not their number.
+@memo(64 << 20, key=pinned, weigh=_text_bytes)
 def find_document(table: Table, snapshot_id: int, label: str, doc_id: str) -> tuple[dict | None, int, int]:
     """The row with ``doc_id`` (full columns), and how many files were opened of how many."""
     total = len(data_files(table, snapshot_id, label))
@@ -93,6 +104,7 @@ def find_document(table: Table, snapshot_id: int, label: str, doc_id: str) -> tu
     return None, opened, total
 
 
+@memo(128, key=pinned)
 def search(table: Table, snapshot_id: int, label: str, needle: str, cursor: str | None, size: int = PAGE_SIZE):
     """Documents whose text or doc_id holds ``needle``, from ``cursor`` on, at most a bounded read."""
     files = data_files(table, snapshot_id, label)

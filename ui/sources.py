@@ -4,7 +4,9 @@ Runs and manifests are plain files, not catalog entries, so the UI looks for the
 folders it was given (default ``$FACTORY_HOME``): a run is a folder holding ``metrics.jsonl`` or
 ``checkpoints/``, a manifest a ``*manifest*.json`` file, or one a run or checkpoint names. A run is
 addressed by its path relative to its root; a manifest by its fingerprint. Nothing outside the
-discovered set can be named in a URL, so a request cannot read an arbitrary file.
+discovered set can be named in a URL, so a request cannot read an arbitrary file. The folders are
+walked on each request (a new run shows at once); a manifest file is parsed once per its path,
+size and modification time (ui/cache.py).
 """
 
 from __future__ import annotations
@@ -14,13 +16,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from lakehouse.catalog import load_catalog
 from lakehouse.errors import InputError
 from mixtures.manifest import Manifest
+from ui.cache import CachedCatalog, file_key, memo
 
 # Folders never walked: the warehouse holds only table files, and can be huge.
 _SKIP = {"warehouse", "tensorboard", ".git", "__pycache__"}
@@ -55,12 +57,12 @@ class Sources:
     def __init__(self, catalog_name: str | None, roots: list[Path]) -> None:
         self.catalog_name = catalog_name
         self.roots = [r.resolve() for r in roots]
-        self._catalog: Catalog | None = None
+        self._catalog: CachedCatalog | None = None
 
     @property
-    def catalog(self) -> Catalog:
+    def catalog(self) -> CachedCatalog:
         if self._catalog is None:
-            self._catalog = load_catalog(self.catalog_name)
+            self._catalog = CachedCatalog(load_catalog(self.catalog_name))
         return self._catalog
 
     def optional_table(self, identifier: tuple[str, ...]) -> Table | None:
@@ -95,11 +97,10 @@ class Sources:
                 paths.add(Path(named).resolve())
         found = {}
         for path in sorted(paths):
-            try:
-                manifest = Manifest.load(path)
-            except Exception:  # not a manifest, or a broken one: not listed
-                continue
-            found.setdefault(manifest.fingerprint, ManifestFile(manifest.fingerprint, path, manifest))
+            key = file_key(path)
+            manifest = _manifest(*key) if key else None
+            if manifest is not None:
+                found.setdefault(manifest.fingerprint, ManifestFile(manifest.fingerprint, path, manifest))
         return list(found.values())
 
     def manifest(self, fingerprint: str) -> ManifestFile:
@@ -116,6 +117,14 @@ def run_manifest_fingerprint(run: RunDir) -> str | None:
         if lineage:
             return lineage.get("manifest", {}).get("fingerprint")
     return None
+
+
+@memo(256)
+def _manifest(path: str, _size: int, _mtime_ns: int) -> Manifest | None:
+    try:
+        return Manifest.load(path)
+    except Exception:  # not a manifest, or a broken one: not listed
+        return None
 
 
 def checkpoint_dirs(run: RunDir) -> list[Path]:
