@@ -66,14 +66,23 @@ def _curves(path: str, size: int, mtime_ns: int) -> list[tuple[str, str]]:
 
 
 def result_curves(rows: list[dict]) -> list[tuple[str, str]]:
-    """One plot per eval suite from ``evals.results`` rows: each metric over the checkpoints' steps."""
-    by_suite: dict[str, dict[str, dict[int, float]]] = {}
+    """Plots of ``evals.results`` rows, each metric over the checkpoints' steps: one per eval suite
+    and kind of metric. Metrics of one kind (``loss/code``, ``loss/text``) share a plot; metrics
+    of other kinds (HumanEval's ``pass@1``, a fraction, and ``problems``, a count) get plots of
+    their own, so that neither is drawn on the other's scale."""
+    by_plot: dict[tuple[str, str], dict[str, dict[int, float]]] = {}
     for row in rows:
         if isinstance(row.get("step"), int) and isinstance(row.get("value"), (int, float)):
-            series = by_suite.setdefault(str(row.get("suite")), {}).setdefault(str(row.get("metric")), {})
+            metric = str(row.get("metric"))
+            kind = metric.split("/", 1)[0]
+            series = by_plot.setdefault((str(row.get("suite")), kind), {}).setdefault(metric, {})
             series[row["step"]] = row["value"]  # a checkpoint evaluated twice: its last row
+    kinds_per_suite: dict[str, int] = {}
+    for suite, _kind in by_plot:
+        kinds_per_suite[suite] = kinds_per_suite.get(suite, 0) + 1
     plots = []
-    for suite, metrics in sorted(by_suite.items()):
+    for (suite, kind), metrics in sorted(by_plot.items()):
+        title = f"{suite} (evals.results)" if kinds_per_suite[suite] == 1 else f"{suite} {kind} (evals.results)"
         series = tuple((m, tuple(sorted(points.items()))) for m, points in sorted(metrics.items()))
-        plots.append((f"{suite} (evals.results)", line_plot(f"{suite} (evals.results)", series)))
+        plots.append((title, line_plot(title, series, kind)))
     return plots
