@@ -25,9 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "ui") -> None:
 def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port < 65536:
         raise InputError(f"--port must be between 0 and 65535, got {args.port}")
-    import uvicorn
-
     from ui.app import create_app
+    from ui.server import serve
     from ui.sources import Sources
 
     sources = Sources(args.catalog, args.runs or [factory_home()])
@@ -37,5 +36,5 @@ def run(args: argparse.Namespace) -> int:
             f"warning: serving on {args.host}: the UI has no authentication; put it behind a proxy that has",
             file=sys.stderr,
         )
-    uvicorn.run(create_app(sources), host=args.host, port=args.port, log_level="warning" if args.quiet else "info")
+    serve(create_app(sources), args.host, args.port, "warning" if args.quiet else "info")
     return 0
