@@ -5,8 +5,12 @@ read). Page ``p`` starts at row ``p × size``: the record counts say which file 
 file's Parquet footer says which row group, and only those row groups are read. A ``doc_id`` is
 found through Iceberg's file pruning (column bounds) and then the row groups' own statistics. A
 substring search reads row groups in order from a cursor and stops after a bounded amount of
-work, handing back the cursor to go on from. A snapshot never changes, so its file list, its pages
-and its searches are kept (ui/cache.py), keyed on the table's uuid and the snapshot id.
+work, handing back the cursor to go on from.
+
+A snapshot never changes, so its file list, its pages, lookups and searches are kept (ui/cache.py),
+keyed on the table's uuid and the snapshot id; and Iceberg never rewrites a data file, so a row
+group read for one page is kept too, by its file and index: the next page, a search or a lookup
+in it reads nothing (a row group is the least Parquet reads, and can be tens of megabytes).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from cachetools.keys import hashkey
 from pyiceberg.expressions import EqualTo
 from pyiceberg.table import Table
 
@@ -27,6 +33,8 @@ PAGE_SIZE = 25
 PREVIEW_CHARS = 160
 # A search reads at most this many row groups per request, then offers to go on.
 SEARCH_ROW_GROUPS = 32
+# Decoded row groups kept, by their size in memory.
+ROW_GROUP_BYTES = 256 << 20
 
 
 @dataclass
@@ -68,7 +76,7 @@ def read_page(table: Table, snapshot_id: int, label: str, page: int, size: int =
         base += f.records
     rows = pa.concat_tables(pieces, promote_options="default") if pieces else None
     return DocumentPage(
-        rows=[_preview(r) for r in rows.to_pylist()] if rows is not None else [],
+        rows=_previews(rows) if rows is not None else [],
         columns=rows.column_names if rows is not None else [],
         files_read=opened,
         files_total=len(files),
@@ -100,7 +108,7 @@ def find_document(table: Table, snapshot_id: int, label: str, doc_id: str) -> tu
             ids = parquet.read_row_group(g, columns=["doc_id"]).column("doc_id")
             where = pc.index(ids, doc_id).as_py()
             if where >= 0:
-                return parquet.read_row_group(g).slice(where, 1).to_pylist()[0], opened, total
+                return _row_group(parquet, uri, g).slice(where, 1).to_pylist()[0], opened, total
     return None, opened, total
 
 
@@ -113,13 +121,14 @@ def search(table: Table, snapshot_id: int, label: str, needle: str, cursor: str 
     matched, read, opened = 0, 0, 0
     next_cursor = None
     for i in range(file_index, len(files)):
-        parquet = open_parquet(files[i].uri, label)
+        uri = files[i].uri
+        parquet = open_parquet(uri, label)
         opened += 1
         for g in range(group if i == file_index else 0, parquet.metadata.num_row_groups):
             if matched >= size or read >= SEARCH_ROW_GROUPS:
                 next_cursor = f"{i}.{g}"
                 break
-            batch = parquet.read_row_group(g)
+            batch = _row_group(parquet, uri, g)
             read += 1
             masks = [pc.match_substring(batch[c], needle) for c in ("text", "doc_id") if c in batch.column_names]
             if not masks:
@@ -133,7 +142,7 @@ def search(table: Table, snapshot_id: int, label: str, needle: str, cursor: str 
     rows = pa.concat_tables(found, promote_options="default") if found else None
     page = DocumentPage(
         # Whole row groups are read and shown: cutting one short would lose its other matches.
-        rows=[_preview(r) for r in rows.to_pylist()] if rows is not None else [],
+        rows=_previews(rows) if rows is not None else [],
         columns=rows.column_names if rows is not None else [],
         files_read=opened,
         files_total=len(files),
@@ -154,7 +163,13 @@ def _rows_between(uri: str, label: str, first: int, stop: int) -> pa.Table:
         base += n
     if not groups:
         return parquet.schema_arrow.empty_table()
-    return parquet.read_row_groups(groups).slice(first - offset, stop - first)
+    return pa.concat_tables([_row_group(parquet, uri, g) for g in groups]).slice(first - offset, stop - first)
+
+
+@memo(ROW_GROUP_BYTES, key=lambda _parquet, uri, group: hashkey(uri, group), weigh=lambda rows: rows.nbytes)
+def _row_group(parquet: pq.ParquetFile, uri: str, group: int) -> pa.Table:
+    """Row group ``group`` of the data file at ``uri`` (opened as ``parquet``), all columns."""
+    return parquet.read_row_group(group)
 
 
 def _parse_cursor(cursor: str | None) -> tuple[int, int]:
@@ -169,6 +184,18 @@ def _parse_cursor(cursor: str | None) -> tuple[int, int]:
     if file_index < 0 or group < 0:
         raise BadRequest(f"bad search cursor {cursor!r}")
     return file_index, group
+
+
+def _previews(rows: pa.Table) -> list[dict]:
+    """The rows as shown in a list, long strings cut to a preview before they become Python
+    strings (a search can match hundreds of whole source files)."""
+    for i, name in enumerate(rows.column_names):
+        column = rows.column(i)
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            ellipsis, nothing = pa.scalar("…", column.type), pa.scalar("", column.type)
+            cut = pc.binary_join_element_wise(pc.utf8_slice_codeunits(column, 0, PREVIEW_CHARS - 1), ellipsis, nothing)
+            rows = rows.set_column(i, name, pc.if_else(pc.greater(pc.utf8_length(column), PREVIEW_CHARS), cut, column))
+    return [_preview(r) for r in rows.to_pylist()]
 
 
 def _preview(row: dict) -> dict:
