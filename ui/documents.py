@@ -4,8 +4,9 @@ The snapshot's data files and their record counts come from its Iceberg manifest
 read). Page ``p`` starts at row ``p × size``: the record counts say which file holds it, that
 file's Parquet footer says which row group, and only those row groups are read. A ``doc_id`` is
 found through Iceberg's file pruning (column bounds) and then the row groups' own statistics. A
-substring search reads row groups in order from a cursor and stops after a bounded amount of
-work, handing back the cursor to go on from.
+substring search reads row groups in order from a cursor and stops after a page of matches or a
+bounded amount of work, handing back the cursor to go on from (inside a row group, if the page
+filled there).
 
 A snapshot never changes, so its file list, its pages, lookups and searches are kept (ui/cache.py),
 keyed on the table's uuid and the snapshot id; and Iceberg never rewrites a data file, so a row
@@ -114,9 +115,10 @@ def find_document(table: Table, snapshot_id: int, label: str, doc_id: str) -> tu
 
 @memo(128, key=pinned)
 def search(table: Table, snapshot_id: int, label: str, needle: str, cursor: str | None, size: int = PAGE_SIZE):
-    """Documents whose text or doc_id holds ``needle``, from ``cursor`` on, at most a bounded read."""
+    """Up to ``size`` documents whose text or doc_id holds ``needle``, from ``cursor`` on, reading at
+    most ``SEARCH_ROW_GROUPS`` row groups; ``next_cursor`` says where the next page goes on from."""
     files = data_files(table, snapshot_id, label)
-    file_index, group = _parse_cursor(cursor)
+    file_index, group, skip = _parse_cursor(cursor)
     found: list[pa.Table] = []
     matched, read, opened = 0, 0, 0
     next_cursor = None
@@ -134,21 +136,24 @@ def search(table: Table, snapshot_id: int, label: str, needle: str, cursor: str 
             if not masks:
                 raise BadRequest(f"{label} has neither a text nor a doc_id column to search")
             hits = batch.filter(masks[0] if len(masks) == 1 else pc.or_(*masks))
-            if hits.num_rows:
-                found.append(hits)
-                matched += hits.num_rows
+            first = skip if (i, g) == (file_index, group) else 0
+            taken = hits.slice(first, size - matched)
+            if taken.num_rows:
+                found.append(taken)
+                matched += taken.num_rows
+            if first + taken.num_rows < hits.num_rows:  # the page is full inside this row group
+                next_cursor = f"{i}.{g}.{first + taken.num_rows}"
+                break
         if next_cursor:
             break
     rows = pa.concat_tables(found, promote_options="default") if found else None
-    page = DocumentPage(
-        # Whole row groups are read and shown: cutting one short would lose its other matches.
+    return DocumentPage(
         rows=_previews(rows) if rows is not None else [],
         columns=rows.column_names if rows is not None else [],
         files_read=opened,
         files_total=len(files),
         next_cursor=next_cursor,
     )
-    return page
 
 
 def _rows_between(uri: str, label: str, first: int, stop: int) -> pa.Table:
@@ -172,18 +177,19 @@ def _row_group(parquet: pq.ParquetFile, uri: str, group: int) -> pa.Table:
     return parquet.read_row_group(group)
 
 
-def _parse_cursor(cursor: str | None) -> tuple[int, int]:
+def _parse_cursor(cursor: str | None) -> tuple[int, int, int]:
+    """(file, row group, matches of that row group already shown) of ``FILE.ROWGROUP[.SHOWN]``."""
     if not cursor:
-        return 0, 0
+        return 0, 0, 0
     try:
-        file_index, group = (int(part) for part in cursor.split("."))
+        parts = [int(part) for part in cursor.split(".")]
     except ValueError:
+        parts = []
+    if len(parts) not in (2, 3) or min(parts) < 0:
         raise BadRequest(
-            f"bad search cursor {cursor!r}: expected FILE.ROWGROUP, as the page's own link gives"
-        ) from None
-    if file_index < 0 or group < 0:
-        raise BadRequest(f"bad search cursor {cursor!r}")
-    return file_index, group
+            f"bad search cursor {cursor!r}: expected FILE.ROWGROUP or FILE.ROWGROUP.SHOWN, as the page's own link gives"
+        )
+    return parts[0], parts[1], parts[2] if len(parts) == 3 else 0
 
 
 def _previews(rows: pa.Table) -> list[dict]:
