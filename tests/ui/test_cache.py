@@ -4,6 +4,7 @@ while it does not, bounded, and computed once however many ask for it at the sam
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -143,3 +144,25 @@ def test_the_catalog_parses_a_table_once_per_commit(catalog, sources):
     newer = sources.catalog.load_table(("raw", "web"))
     assert newer is not first and newer.metadata_location != first.metadata_location
     assert not sources.catalog.table_exists(("raw", "nothing"))
+
+
+def test_the_folders_are_walked_again_only_when_one_changed(sources, factory_home, monkeypatch):
+    from ui import sources as found
+
+    first = factory_home / "runs" / "a"
+    first.mkdir(parents=True)
+    (first / "metrics.jsonl").write_text("")
+    long_ago = time.time() - 60
+    for folder in (factory_home, factory_home / "runs", first):  # settled: changed well before the walk
+        os.utime(folder, (long_ago, long_ago))
+    walks: list[str] = []
+    walk = found._walk
+    monkeypatch.setattr(found, "_walk", lambda root: walks.append(str(root)) or walk(root))
+
+    assert [r.key for r in sources.runs()] == ["runs/a"] and len(walks) == 1
+    assert [r.key for r in sources.runs()] == ["runs/a"] and len(walks) == 1  # nothing changed: not walked
+    second = factory_home / "runs" / "b"
+    (second / "checkpoints").mkdir(parents=True)  # changes runs/'s modification time
+    assert [r.key for r in sources.runs()] == ["runs/a", "runs/b"] and len(walks) == 2
+    # Walked within a second of a change: not trusted again, however the times compare.
+    assert [r.key for r in sources.runs()] == ["runs/a", "runs/b"] and len(walks) == 3
