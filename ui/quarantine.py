@@ -15,16 +15,26 @@ from ui.cache import memo, pinned
 from ui.documents import data_files
 
 SAMPLES_PER_REASON = 3
+_COUNTED = pa.schema([("stage", pa.string()), ("filter", pa.string()), ("reason", pa.string())])
 
 
 @memo(64, key=pinned)
 def counts(table: Table, snapshot_id: int) -> list[dict]:
-    """Rows per (stage, filter, reason), most first; only those three columns are read."""
+    """Rows per (stage, filter, reason), most first; only those three columns are read, straight
+    from the snapshot's data files (the plan is ui/documents.py's, kept per snapshot)."""
+    label = ".".join(table.name())
     names = {f.name for f in snapshot_schema(table, snapshot_id).fields}
-    fields = tuple(c for c in ("stage", "filter", "reason") if c in names)
-    data = table.scan(snapshot_id=snapshot_id, selected_fields=fields).to_arrow()
-    if "filter" not in data.column_names:
-        data = data.append_column("filter", pa.nulls(data.num_rows, pa.string()))
+    pieces = []
+    for data_file in data_files(table, snapshot_id, label):
+        parquet = open_parquet(data_file.uri, label)
+        piece = parquet.read(columns=[c for c in ("stage", "filter", "reason") if c in parquet.schema_arrow.names])
+        for column in ("stage", "filter", "reason"):  # a file written before the column was added
+            if column not in piece.column_names:
+                piece = piece.append_column(column, pa.nulls(piece.num_rows, pa.string()))
+        pieces.append(piece.select(["stage", "filter", "reason"]).cast(_COUNTED))
+    data = pa.concat_tables(pieces) if pieces else _COUNTED.empty_table()
+    if "filter" not in names:
+        data = data.set_column(1, "filter", pa.nulls(data.num_rows, pa.string()))
     grouped = data.group_by(["stage", "filter", "reason"], use_threads=False).aggregate([([], "count_all")])
     rows = grouped.rename_columns(["stage", "filter", "reason", "count"]).to_pylist()
     return sorted(rows, key=lambda r: (-r["count"], r["stage"] or "", r["filter"] or "", r["reason"] or ""))
