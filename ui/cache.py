@@ -6,13 +6,13 @@ Three kinds of key, by what a value depends on:
   changes a snapshot, so these never go stale;
 - a table's current state: the location of its metadata file. Each commit writes a new one, so the
   first request after a commit reads the new state (``CachedCatalog`` looks the location up in the
-  catalog's database on every load, a fraction of a millisecond);
+  catalog's database on every load: one indexed row, where parsing the file is the cost);
 - a file: its path, size and modification time (``file_key``).
 
-Every cache is an LRU of a fixed number of entries, so the server's memory stays flat however many
-pages are asked for, and a value being computed is computed once: other requests for it wait for
-that result instead of computing it again (twenty people opening the same new run page draw its
-plots once).
+Every cache is an LRU of a fixed number of entries (or bytes), so the server's memory stays flat
+however many pages are asked for, and a value being computed is computed once: other requests for
+it wait for that result instead of computing it again (twenty people opening the same new
+snapshot's quarantine page read it once).
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ class CachedCatalog:
     def __init__(self, catalog: Catalog, tables: int = 64) -> None:
         self._catalog = catalog
         self._where = _SqlLocations(catalog) if isinstance(catalog, SqlCatalog) else None
-        # Keyed on the location too: a table's entry is its state as of that metadata file.
+        # Keyed on the location too: a commit is a new key. (One landing between the lookup and the
+        # load keeps a newer state under the older key, never an older one.)
         self._load = memo(tables)(lambda identifier, _location: catalog.load_table(identifier))
 
     def __getattr__(self, name: str) -> Any:

@@ -11,7 +11,7 @@ filled there).
 A snapshot never changes, so its file list, its pages, lookups and searches are kept (ui/cache.py),
 keyed on the table's uuid and the snapshot id; and Iceberg never rewrites a data file, so a row
 group read for one page is kept too, by its file and index: the next page, a search or a lookup
-in it reads nothing (a row group is the least Parquet reads, and can be tens of megabytes).
+in it reads nothing (a row group is the least Parquet reads, and can be large).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def _text_bytes(found: tuple[dict | None, int, int]) -> int:
     return 1024 + sum(len(v) for v in row.values() if isinstance(v, (str, bytes)))
 
 
-# Whole documents, texts and all: bounded by their size (64 MB), not their number.
+# Whole documents, texts and all: bounded by their size, not their number.
 @memo(64 << 20, key=pinned, weigh=_text_bytes)
 def find_document(table: Table, snapshot_id: int, label: str, doc_id: str) -> tuple[dict | None, int, int]:
     """The row with ``doc_id`` (full columns), and how many files were opened of how many."""

@@ -1,9 +1,10 @@
 """Line plots drawn as SVG by hand: step on x, one polyline per named series, ticks at round values.
 
-The UI drew its plots with matplotlib, a tenth of a second a plot plus seconds to import on the
-first; twenty people opening a run page at once waited for each of its seven plots in turn while
-the server shared its one interpreter among them. An SVG of a few polylines is text, made in well
-under a millisecond, and the browser draws it. The plots are shown as ``<img>`` data URIs: an SVG
+The UI drew its plots with matplotlib (which can write SVG too: the cost was its drawing, not the
+format), the costliest thing a page did, plus importing matplotlib on the first; twenty people
+opening a run page at once waited for each of its seven plots in turn while the server shared its
+one interpreter among them (docs/benchmarks.md, "The UI under load"). An SVG of a few polylines
+is a little text, and the browser draws it. The plots are shown as ``<img>`` data URIs: an SVG
 shown that way runs nothing, whatever its text says (and every name in it is escaped anyway).
 """
 
