@@ -53,10 +53,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(
             "--generate-workers and --models must be 1 or more, --generate-queue 0 or more, --generate-timeout above 0"
         )
-    import uvicorn
-
     from ui.app import create_app
     from ui.generation import GenerationSettings
+    from ui.server import serve
     from ui.sources import Sources
 
     sources = Sources(args.catalog, args.runs or [factory_home()])
@@ -70,7 +69,5 @@ def run(args: argparse.Namespace) -> int:
     generation = GenerationSettings(
         args.generate_workers, args.generate_queue, args.generate_timeout, args.models, args.device
     )
-    uvicorn.run(
-        create_app(sources, generation), host=args.host, port=args.port, log_level="warning" if args.quiet else "info"
-    )
+    serve(create_app(sources, generation), args.host, args.port, "warning" if args.quiet else "info")
     return 0

@@ -20,11 +20,11 @@ from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader
 from starlette.exceptions import HTTPException
 
-from lakehouse.catalog import list_tables, load_table, resolve
+from lakehouse.catalog import load_table, resolve
 from lakehouse.commit import snapshot_stats, summary_properties
 from lakehouse.decisions import VERDICTS
 from lakehouse.errors import FactoryError, RefNotFoundError, TableNotFoundError
-from lakehouse.refs import format_identifier, parse_identifier
+from lakehouse.refs import parse_identifier
 from ui import clusters as cluster_pages
 from ui import decisions as decision_pages
 from ui import documents, inspection, quarantine
@@ -33,6 +33,7 @@ from ui.generation import GenerationSettings
 from ui.graph import NODE_H, NODE_W, snapshot_graph, snapshot_href
 from ui.runs import curves, read_metrics, result_curves
 from ui.sources import BadRequest, NotFound, Sources, checkpoint_dirs, read_json
+from ui.tables import table_rows
 
 log = logging.getLogger("factory.ui")
 
@@ -85,21 +86,7 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
 
     @app.get("/", response_class=HTMLResponse)
     def home():
-        rows = []
-        for identifier in list_tables(sources.catalog):
-            table = sources.catalog.load_table(identifier)
-            current = table.current_snapshot()
-            summary = summary_properties(current) if current else {}
-            rows.append(
-                {
-                    "name": format_identifier(identifier),
-                    "snapshot": current.snapshot_id if current else None,
-                    "records": summary.get("total-records", "0"),
-                    "files": summary.get("total-data-files", "0"),
-                    "job": summary.get("factory.job", ""),
-                    "refs": sorted(r for r in table.metadata.refs if r != "main"),
-                }
-            )
+        rows = table_rows(sources.catalog)
         decisions = decision_pages.list_decisions(sources)
         return page(
             "home.html",
@@ -182,8 +169,7 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
         table, snapshot_id = pinned(name, ref)
         _require_columns(table, name, "reason")
         counts = quarantine.counts(table, snapshot_id)
-        reasons = sorted({c["reason"] for c in counts})
-        samples = {reason: quarantine.samples(table, snapshot_id, reason) for reason in reasons}
+        samples = quarantine.samples(table, snapshot_id)
         return page("quarantine.html", name=name, snapshot_id=snapshot_id, counts=counts, samples=samples)
 
     @app.get("/tables/{name}/snapshots/{ref}/quarantine/{doc_id}", response_class=HTMLResponse)
@@ -234,7 +220,7 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
         return page(
             "run.html",
             run=run,
-            plots=curves(records) + result_curves(evals),
+            plots=curves(run.path) + result_curves(evals),
             checkpoints=steps,
             last=last,
             evals=evals,

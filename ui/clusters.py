@@ -19,6 +19,7 @@ from lakehouse.refs import parse_identifier
 from pipelines.minhash import MinHashConfig, estimated_similarity, signatures
 from pipelines.shingles import ShingleConfig, shingle
 from pipelines.similarity import pair_jaccard
+from ui.cache import memo, pinned
 from ui.documents import find_document
 from ui.sources import NotFound
 
@@ -40,6 +41,7 @@ class Member:
     minhash_estimate: float | None = None  # recomputed here
 
 
+@memo(32, key=pinned)
 def list_clusters(table: Table, snapshot_id: int) -> list[dict]:
     """Clusters with more than one member: id, size, how they matched."""
     rows = (
@@ -62,6 +64,9 @@ def list_clusters(table: Table, snapshot_id: int) -> list[dict]:
     return sorted(clusters.values(), key=lambda c: (-c["size"], c["cluster_id"]))
 
 
+# Members carry their texts and diffs: fewer of them are kept. The catalog only finds the
+# source tables the pinned snapshot's summary names, by their pinned snapshots: not part of the key.
+@memo(16, key=lambda _catalog, table, snapshot_id, cluster_id: pinned(table, snapshot_id, cluster_id))
 def cluster_members(catalog, table: Table, snapshot_id: int, cluster_id: str) -> list[Member]:
     rows = table.scan(snapshot_id=snapshot_id, row_filter=EqualTo("cluster_id", cluster_id)).to_arrow().to_pylist()
     if not rows:

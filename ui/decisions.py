@@ -3,7 +3,7 @@ evidence: the sweep whose trials it weighed, the snapshots, the manifests, the t
 
 A decision's JSON columns follow one convention per kind (lakehouse/decisions.py); the pages show
 what each holds whatever the kind, and add a link wherever a value names something the UI has a
-page for.
+page for. What is read of ``factory.decisions`` is kept per the table's metadata file (ui/cache.py).
 """
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from lakehouse.decisions import describe_change, find_decision, read_decisions
+from cachetools.keys import hashkey
+
+from lakehouse.decisions import DECISIONS_TABLE, describe_change, find_decision, read_decisions
 from lakehouse.errors import FactoryError, InputError
 from lakehouse.refs import TableRef
 from trainer.lineage import RUN_RECORD, checkpoint_decisions
+from ui.cache import file_key, memo
 from ui.sources import NotFound, RunDir, Sources, read_json
 
 HOME_DECISIONS = 5
@@ -41,13 +44,31 @@ class RunLink:
 def list_decisions(sources: Sources, kind: str = "", subject: str = "") -> list[dict[str, Any]]:
     """The recorded decisions of ``kind`` about ``subject`` (either may be empty: any), newest first,
     each with ``change``: what it changed in a few words."""
-    rows = read_decisions(sources.catalog, kind=kind or None, subject=subject or None)
+    state = _state(sources)
+    return [] if state is None else _listed(sources.catalog, state, kind, subject)
+
+
+@memo(32, key=lambda _catalog, state, kind, subject: hashkey(state, kind, subject))
+def _listed(catalog, state: str, kind: str, subject: str) -> list[dict[str, Any]]:
+    rows = read_decisions(catalog, kind=kind or None, subject=subject or None)
     return [{**row, "change": describe_change(row)} for row in reversed(rows)]
+
+
+@memo(256, key=lambda _catalog, state, decision_id: hashkey(state, decision_id))
+def _found(catalog, state: str, decision_id: str) -> dict[str, Any] | None:
+    return find_decision(catalog, decision_id)
+
+
+def _state(sources: Sources) -> str | None:
+    """What the kept decisions are keyed on: the table's metadata file, None if there is no table."""
+    table = sources.optional_table(DECISIONS_TABLE)
+    return None if table is None else table.metadata_location
 
 
 def decision(sources: Sources, decision_id: str) -> dict[str, Any]:
     """One decision with everything its page shows; ``NotFound`` if it was never recorded."""
-    row = find_decision(sources.catalog, decision_id)
+    state = _state(sources)
+    row = None if state is None else _found(sources.catalog, state, decision_id)
     if row is None:
         raise NotFound(f"no decision {decision_id!r} in factory.decisions")
     evidence = row.get("evidence") or {}
@@ -67,12 +88,19 @@ def decision(sources: Sources, decision_id: str) -> dict[str, Any]:
 
 def shaping(sources: Sources, lineage: dict[str, Any], checkpoint: Path) -> tuple[list[dict], list[str], str | None]:
     """The decisions that shaped a checkpoint's data (as ``factory lineage`` lists them), the ids its
-    run's ``factory.json`` names that were never recorded, and why they could not be read, if so."""
+    run's ``factory.json`` names that were never recorded, and why they could not be read, if so.
+    Kept per the decisions table's state and the two files ``lineage`` and the run's list come from."""
+    files = (file_key(checkpoint / "lineage.json"), file_key(checkpoint.parent.parent / RUN_RECORD))
     try:
-        rows, not_found = checkpoint_decisions(sources.catalog, lineage, checkpoint)
+        rows, not_found = _shaping(sources.catalog, lineage, checkpoint, (_state(sources), files))
     except InputError as exc:  # a broken factory.json: the rest of the checkpoint's page still shows
         return [], [], str(exc)
     return rows, not_found, None
+
+
+@memo(64, key=lambda _catalog, _lineage, checkpoint, state: hashkey(str(checkpoint), state))
+def _shaping(catalog, lineage: dict[str, Any], checkpoint: Path, state: tuple) -> tuple[list[dict], list[str]]:
+    return checkpoint_decisions(catalog, lineage, checkpoint)
 
 
 def by_seed(evidence: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

@@ -4,8 +4,14 @@ The snapshot's data files and their record counts come from its Iceberg manifest
 read). Page ``p`` starts at row ``p × size``: the record counts say which file holds it, that
 file's Parquet footer says which row group, and only those row groups are read. A ``doc_id`` is
 found through Iceberg's file pruning (column bounds) and then the row groups' own statistics. A
-substring search reads row groups in order from a cursor and stops after a bounded amount of
-work, handing back the cursor to go on from.
+substring search reads row groups in order from a cursor and stops after a page of matches or a
+bounded amount of work, handing back the cursor to go on from (inside a row group, if the page
+filled there).
+
+A snapshot never changes, so its file list, its pages, lookups and searches are kept (ui/cache.py),
+keyed on the table's uuid and the snapshot id; and Iceberg never rewrites a data file, so a row
+group read for one page is kept too, by its file and index: the next page, a search or a lookup
+in it reads nothing (a row group is the least Parquet reads, and can be large).
 """
 
 from __future__ import annotations
@@ -14,17 +20,22 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from cachetools.keys import hashkey
 from pyiceberg.expressions import EqualTo
 from pyiceberg.table import Table
 
 from lakehouse.catalog import plan_snapshot
 from lakehouse.parquet import open_parquet
+from ui.cache import memo, pinned
 from ui.sources import BadRequest
 
 PAGE_SIZE = 25
 PREVIEW_CHARS = 160
 # A search reads at most this many row groups per request, then offers to go on.
 SEARCH_ROW_GROUPS = 32
+# Decoded row groups kept, by their size in memory.
+ROW_GROUP_BYTES = 256 << 20
 
 
 @dataclass
@@ -44,12 +55,14 @@ class DocumentPage:
     notes: list[str] = field(default_factory=list)
 
 
+@memo(64, key=pinned)
 def data_files(table: Table, snapshot_id: int, label: str) -> list[DataFile]:
     """The snapshot's data files in a fixed order, with record counts from the manifests."""
     tasks = plan_snapshot(table, snapshot_id, label)
     return sorted((DataFile(t.file.file_path, t.file.record_count) for t in tasks), key=lambda f: f.uri)
 
 
+@memo(256, key=pinned)
 def read_page(table: Table, snapshot_id: int, label: str, page: int, size: int = PAGE_SIZE) -> DocumentPage:
     files = data_files(table, snapshot_id, label)
     total = sum(f.records for f in files)
@@ -64,7 +77,7 @@ def read_page(table: Table, snapshot_id: int, label: str, page: int, size: int =
         base += f.records
     rows = pa.concat_tables(pieces, promote_options="default") if pieces else None
     return DocumentPage(
-        rows=[_preview(r) for r in rows.to_pylist()] if rows is not None else [],
+        rows=_previews(rows) if rows is not None else [],
         columns=rows.column_names if rows is not None else [],
         files_read=opened,
         files_total=len(files),
@@ -72,6 +85,13 @@ def read_page(table: Table, snapshot_id: int, label: str, page: int, size: int =
     )
 
 
+def _text_bytes(found: tuple[dict | None, int, int]) -> int:
+    row = found[0] or {}
+    return 1024 + sum(len(v) for v in row.values() if isinstance(v, (str, bytes)))
+
+
+# Whole documents, texts and all: bounded by their size, not their number.
+@memo(64 << 20, key=pinned, weigh=_text_bytes)
 def find_document(table: Table, snapshot_id: int, label: str, doc_id: str) -> tuple[dict | None, int, int]:
     """The row with ``doc_id`` (full columns), and how many files were opened of how many."""
     total = len(data_files(table, snapshot_id, label))
@@ -89,45 +109,51 @@ def find_document(table: Table, snapshot_id: int, label: str, doc_id: str) -> tu
             ids = parquet.read_row_group(g, columns=["doc_id"]).column("doc_id")
             where = pc.index(ids, doc_id).as_py()
             if where >= 0:
-                return parquet.read_row_group(g).slice(where, 1).to_pylist()[0], opened, total
+                return _row_group(parquet, uri, g).slice(where, 1).to_pylist()[0], opened, total
     return None, opened, total
 
 
+@memo(128, key=pinned)
 def search(table: Table, snapshot_id: int, label: str, needle: str, cursor: str | None, size: int = PAGE_SIZE):
-    """Documents whose text or doc_id holds ``needle``, from ``cursor`` on, at most a bounded read."""
+    """Up to ``size`` documents whose text or doc_id holds ``needle``, from ``cursor`` on, reading at
+    most ``SEARCH_ROW_GROUPS`` row groups; ``next_cursor`` says where the next page goes on from."""
     files = data_files(table, snapshot_id, label)
-    file_index, group = _parse_cursor(cursor)
+    file_index, group, skip = _parse_cursor(cursor)
     found: list[pa.Table] = []
     matched, read, opened = 0, 0, 0
     next_cursor = None
     for i in range(file_index, len(files)):
-        parquet = open_parquet(files[i].uri, label)
+        uri = files[i].uri
+        parquet = open_parquet(uri, label)
         opened += 1
         for g in range(group if i == file_index else 0, parquet.metadata.num_row_groups):
             if matched >= size or read >= SEARCH_ROW_GROUPS:
                 next_cursor = f"{i}.{g}"
                 break
-            batch = parquet.read_row_group(g)
+            batch = _row_group(parquet, uri, g)
             read += 1
             masks = [pc.match_substring(batch[c], needle) for c in ("text", "doc_id") if c in batch.column_names]
             if not masks:
                 raise BadRequest(f"{label} has neither a text nor a doc_id column to search")
             hits = batch.filter(masks[0] if len(masks) == 1 else pc.or_(*masks))
-            if hits.num_rows:
-                found.append(hits)
-                matched += hits.num_rows
+            first = skip if (i, g) == (file_index, group) else 0
+            taken = hits.slice(first, size - matched)
+            if taken.num_rows:
+                found.append(taken)
+                matched += taken.num_rows
+            if first + taken.num_rows < hits.num_rows:  # the page is full inside this row group
+                next_cursor = f"{i}.{g}.{first + taken.num_rows}"
+                break
         if next_cursor:
             break
     rows = pa.concat_tables(found, promote_options="default") if found else None
-    page = DocumentPage(
-        # Whole row groups are read and shown: cutting one short would lose its other matches.
-        rows=[_preview(r) for r in rows.to_pylist()] if rows is not None else [],
+    return DocumentPage(
+        rows=_previews(rows) if rows is not None else [],
         columns=rows.column_names if rows is not None else [],
         files_read=opened,
         files_total=len(files),
         next_cursor=next_cursor,
     )
-    return page
 
 
 def _rows_between(uri: str, label: str, first: int, stop: int) -> pa.Table:
@@ -142,21 +168,40 @@ def _rows_between(uri: str, label: str, first: int, stop: int) -> pa.Table:
         base += n
     if not groups:
         return parquet.schema_arrow.empty_table()
-    return parquet.read_row_groups(groups).slice(first - offset, stop - first)
+    return pa.concat_tables([_row_group(parquet, uri, g) for g in groups]).slice(first - offset, stop - first)
 
 
-def _parse_cursor(cursor: str | None) -> tuple[int, int]:
+@memo(ROW_GROUP_BYTES, key=lambda _parquet, uri, group: hashkey(uri, group), weigh=lambda rows: rows.nbytes)
+def _row_group(parquet: pq.ParquetFile, uri: str, group: int) -> pa.Table:
+    """Row group ``group`` of the data file at ``uri`` (opened as ``parquet``), all columns."""
+    return parquet.read_row_group(group)
+
+
+def _parse_cursor(cursor: str | None) -> tuple[int, int, int]:
+    """(file, row group, matches of that row group already shown) of ``FILE.ROWGROUP[.SHOWN]``."""
     if not cursor:
-        return 0, 0
+        return 0, 0, 0
     try:
-        file_index, group = (int(part) for part in cursor.split("."))
+        parts = [int(part) for part in cursor.split(".")]
     except ValueError:
+        parts = []
+    if len(parts) not in (2, 3) or min(parts) < 0:
         raise BadRequest(
-            f"bad search cursor {cursor!r}: expected FILE.ROWGROUP, as the page's own link gives"
-        ) from None
-    if file_index < 0 or group < 0:
-        raise BadRequest(f"bad search cursor {cursor!r}")
-    return file_index, group
+            f"bad search cursor {cursor!r}: expected FILE.ROWGROUP or FILE.ROWGROUP.SHOWN, as the page's own link gives"
+        )
+    return parts[0], parts[1], parts[2] if len(parts) == 3 else 0
+
+
+def _previews(rows: pa.Table) -> list[dict]:
+    """The rows as shown in a list, long strings cut to a preview before they become Python
+    strings (a search can match hundreds of whole source files)."""
+    for i, name in enumerate(rows.column_names):
+        column = rows.column(i)
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            ellipsis, nothing = pa.scalar("…", column.type), pa.scalar("", column.type)
+            cut = pc.binary_join_element_wise(pc.utf8_slice_codeunits(column, 0, PREVIEW_CHARS - 1), ellipsis, nothing)
+            rows = rows.set_column(i, name, pc.if_else(pc.greater(pc.utf8_length(column), PREVIEW_CHARS), cut, column))
+    return [_preview(r) for r in rows.to_pylist()]
 
 
 def _preview(row: dict) -> dict:

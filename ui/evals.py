@@ -1,11 +1,17 @@
-"""Tables other parts of the factory may make: eval results and samples, sweep trials, shown where they exist."""
+"""Tables other parts of the factory may make: eval results and samples, sweep trials, shown where they exist.
+
+Results and trials are read whole (or one sweep of them) and kept per the table's metadata file
+(ui/cache.py): the first request after a commit reads them again."""
 
 from __future__ import annotations
 
 from collections import Counter
 
+from cachetools.keys import hashkey
 from pyiceberg.expressions import EqualTo
+from pyiceberg.table import Table
 
+from ui.cache import memo
 from ui.sources import EVALS_TABLE, TRIALS_TABLE, BadRequest, NotFound, Sources
 
 # These tables hold one row per result or trial: small next to document tables, read whole.
@@ -17,6 +23,11 @@ def eval_rows(sources: Sources) -> list[dict]:
     table = sources.optional_table(EVALS_TABLE)
     if table is None or table.current_snapshot() is None:
         return []
+    return _all_rows(table)
+
+
+@memo(4, key=lambda table: hashkey(table.metadata_location))
+def _all_rows(table: Table) -> list[dict]:
     return table.scan(limit=MAX_ROWS).to_arrow().to_pylist()
 
 
@@ -45,6 +56,11 @@ def trials(sources: Sources, sort: str = "", sweep: str = "") -> tuple[list[str]
         if sweep:
             raise NotFound(f"no trials of sweep {sweep!r}: there is no experiments.trials table in this catalog")
         return None
+    return _trials(table, sort, sweep)
+
+
+@memo(32, key=lambda table, sort, sweep: hashkey(table.metadata_location, sort, sweep))
+def _trials(table: Table, sort: str, sweep: str) -> tuple[list[str], dict[str, list[dict]]]:
     columns = table.schema().as_arrow().names
     if sweep and "sweep_id" not in columns:
         raise BadRequest("experiments.trials has no sweep_id column to find a sweep by")

@@ -1,11 +1,15 @@
-"""A training run's curves from its ``metrics.jsonl``, drawn as PNG plots by matplotlib."""
+"""A training run's curves from its ``metrics.jsonl`` and its ``evals.results`` rows, as SVG plots
+(ui/plots.py). A run's records and curves are kept per state of its metrics file (path, size,
+modification time: a run still training is read and drawn again once it has logged more).
+"""
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 from pathlib import Path
+
+from ui.cache import file_key, memo
+from ui.plots import line_plot
 
 TRAIN_CURVES = (
     ("loss", "training loss"),
@@ -17,11 +21,20 @@ TRAIN_CURVES = (
 
 def read_metrics(run_dir: Path) -> list[dict]:
     """The run's records; a step logged twice (before a crash and after resume) keeps its last value."""
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return []
+    key = file_key(run_dir / "metrics.jsonl")
+    return _records(*key) if key else []
+
+
+def curves(run_dir: Path) -> list[tuple[str, str]]:
+    """(title, data URI of a PNG) for each curve in the run's ``metrics.jsonl``."""
+    key = file_key(run_dir / "metrics.jsonl")
+    return _curves(*key) if key else []
+
+
+@memo(32)
+def _records(path: str, _size: int, _mtime_ns: int) -> list[dict]:
     records = {}
-    for line in path.read_text().splitlines():
+    for line in Path(path).read_text().splitlines():
         try:
             record = json.loads(line)
         except ValueError:  # a line cut short by a crash
@@ -31,14 +44,15 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return sorted(records.values(), key=lambda r: (r["step"], r["kind"]))
 
 
-def curves(records: list[dict]) -> list[tuple[str, str]]:
-    """(title, data URI of a PNG) for each curve the run has."""
+@memo(32)
+def _curves(path: str, size: int, mtime_ns: int) -> list[tuple[str, str]]:
+    records = _records(path, size, mtime_ns)
     train = [r for r in records if r["kind"] == "train"]
     plots = []
     for key, title in TRAIN_CURVES:
         points = [(r["step"], r[key]) for r in train if isinstance(r.get(key), (int, float))]
         if points:
-            plots.append((title, _plot(title, {key: points})))
+            plots.append((title, line_plot(title, ((key, tuple(points)),))))
     evals: dict[str, list[tuple[int, float]]] = {}
     for r in records:
         if r["kind"] == "eval":
@@ -46,48 +60,29 @@ def curves(records: list[dict]) -> list[tuple[str, str]]:
                 if isinstance(values, dict) and isinstance(values.get("loss"), (int, float)):
                     evals.setdefault(name, []).append((r["step"], values["loss"]))
     if evals:
-        plots.append(("eval loss per component", _plot("eval loss per component", evals)))
+        series = tuple((name, tuple(points)) for name, points in sorted(evals.items()))
+        plots.append(("eval loss per component", line_plot("eval loss per component", series)))
     return plots
 
 
 def result_curves(rows: list[dict]) -> list[tuple[str, str]]:
-    """One plot per eval suite from ``evals.results`` rows: each metric over the checkpoints' steps."""
-    by_suite: dict[str, dict[str, dict[int, float]]] = {}
+    """Plots of ``evals.results`` rows, each metric over the checkpoints' steps: one per eval suite
+    and kind of metric. Metrics of one kind (``loss/code``, ``loss/text``) share a plot; metrics
+    of other kinds (HumanEval's ``pass@1``, a fraction, and ``problems``, a count) get plots of
+    their own, so that neither is drawn on the other's scale."""
+    by_plot: dict[tuple[str, str], dict[str, dict[int, float]]] = {}
     for row in rows:
         if isinstance(row.get("step"), int) and isinstance(row.get("value"), (int, float)):
-            series = by_suite.setdefault(str(row.get("suite")), {}).setdefault(str(row.get("metric")), {})
+            metric = str(row.get("metric"))
+            kind = metric.split("/", 1)[0]
+            series = by_plot.setdefault((str(row.get("suite")), kind), {}).setdefault(metric, {})
             series[row["step"]] = row["value"]  # a checkpoint evaluated twice: its last row
-    return [
-        (
-            f"{suite} (evals.results)",
-            _plot(f"{suite} (evals.results)", {m: sorted(p.items()) for m, p in metrics.items()}),
-        )
-        for suite, metrics in sorted(by_suite.items())
-    ]
-
-
-def _plot(title: str, series: dict[str, list[tuple[int, float]]]) -> str:
-    # Imported on the first plot (a second or two): the other pages and `factory ui` start without it.
-    # The Agg backend draws without a display or GUI toolkit.
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(4.2, 2.6), dpi=80)
-    try:
-        for name, points in sorted(series.items()):
-            steps, values = zip(*points, strict=True)
-            axes.plot(steps, values, marker="o" if len(points) < 20 else None, markersize=3, label=name)
-        axes.set_title(title, fontsize=10)
-        axes.set_xlabel("step", fontsize=8)
-        axes.tick_params(labelsize=7)
-        axes.grid(alpha=0.3)
-        if len(series) > 1:
-            axes.legend(fontsize=7)
-        figure.tight_layout()
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png")
-    finally:
-        plt.close(figure)
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    kinds_per_suite: dict[str, int] = {}
+    for suite, _kind in by_plot:
+        kinds_per_suite[suite] = kinds_per_suite.get(suite, 0) + 1
+    plots = []
+    for (suite, kind), metrics in sorted(by_plot.items()):
+        title = f"{suite} (evals.results)" if kinds_per_suite[suite] == 1 else f"{suite} {kind} (evals.results)"
+        series = tuple((m, tuple(sorted(points.items()))) for m, points in sorted(metrics.items()))
+        plots.append((title, line_plot(title, series, kind)))
+    return plots

@@ -5,22 +5,30 @@ folders it was given (default ``$FACTORY_HOME``): a run is a folder holding ``me
 ``checkpoints/``, a manifest a ``*manifest*.json`` file, or one a run or checkpoint names. A run is
 addressed by its path relative to its root; a manifest by its fingerprint. Nothing outside the
 discovered set can be named in a URL, so a request cannot read an arbitrary file.
+
+A walk is kept per folder and used again while none of the folders it walked has changed (a new
+run folder, metrics file, checkpoints folder or manifest changes its folder's modification time,
+so it shows on the next request); a manifest, or a run's resolved config, is read once per its
+path, size and modification time (ui/cache.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyiceberg.catalog import Catalog
+from cachetools import LRUCache
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from lakehouse.catalog import load_catalog
 from lakehouse.errors import InputError
 from mixtures.manifest import Manifest
+from ui.cache import CachedCatalog, file_key, memo
 
 # Folders never walked: the warehouse holds only table files, and can be huge.
 _SKIP = {"warehouse", "tensorboard", ".git", "__pycache__"}
@@ -55,12 +63,12 @@ class Sources:
     def __init__(self, catalog_name: str | None, roots: list[Path]) -> None:
         self.catalog_name = catalog_name
         self.roots = [r.resolve() for r in roots]
-        self._catalog: Catalog | None = None
+        self._catalog: CachedCatalog | None = None
 
     @property
-    def catalog(self) -> Catalog:
+    def catalog(self) -> CachedCatalog:
         if self._catalog is None:
-            self._catalog = load_catalog(self.catalog_name)
+            self._catalog = CachedCatalog(load_catalog(self.catalog_name))
         return self._catalog
 
     def optional_table(self, identifier: tuple[str, ...]) -> Table | None:
@@ -71,11 +79,11 @@ class Sources:
             return None
 
     def runs(self) -> list[RunDir]:
-        found = []
-        for root in self.roots:
-            for folder in _walk(root):
-                if (folder / "metrics.jsonl").is_file() or (folder / "checkpoints").is_dir():
-                    found.append(RunDir(folder.relative_to(root).as_posix() or ".", folder))
+        found = [
+            RunDir(folder.relative_to(root).as_posix() or ".", folder)
+            for root in self.roots
+            for folder in _scan(root).runs
+        ]
         return sorted(found, key=lambda r: r.key)
 
     def run(self, key: str) -> RunDir:
@@ -85,21 +93,18 @@ class Sources:
         raise NotFound(f"no training run {key!r} under {', '.join(map(str, self.roots))}; the runs page lists them")
 
     def manifests(self) -> list[ManifestFile]:
-        paths: set[Path] = set()
-        for root in self.roots:
-            for folder in _walk(root):
-                paths.update(p for p in folder.glob("*manifest*.json") if p.is_file())
+        paths = {path for root in self.roots for path in _scan(root).manifests}
         for run in self.runs():
-            named = read_json(run.path / "config.resolved.json").get("data", {}).get("manifest")
+            key = file_key(run.path / "config.resolved.json")
+            named = _named_manifest(*key) if key else None
             if named:
-                paths.add(Path(named).resolve())
+                paths.add(named)
         found = {}
         for path in sorted(paths):
-            try:
-                manifest = Manifest.load(path)
-            except Exception:  # not a manifest, or a broken one: not listed
-                continue
-            found.setdefault(manifest.fingerprint, ManifestFile(manifest.fingerprint, path, manifest))
+            key = file_key(path)
+            manifest = _manifest(*key) if key else None
+            if manifest is not None:
+                found.setdefault(manifest.fingerprint, ManifestFile(manifest.fingerprint, path, manifest))
         return list(found.values())
 
     def manifest(self, fingerprint: str) -> ManifestFile:
@@ -118,6 +123,20 @@ def run_manifest_fingerprint(run: RunDir) -> str | None:
     return None
 
 
+@memo(256)
+def _manifest(path: str, _size: int, _mtime_ns: int) -> Manifest | None:
+    try:
+        return Manifest.load(path)
+    except Exception:  # not a manifest, or a broken one: not listed
+        return None
+
+
+@memo(256)
+def _named_manifest(path: str, _size: int, _mtime_ns: int) -> Path | None:
+    named = read_json(Path(path)).get("data", {}).get("manifest")
+    return Path(named).resolve() if isinstance(named, str) and named else None
+
+
 def checkpoint_dirs(run: RunDir) -> list[Path]:
     """The run's complete checkpoints, oldest first."""
     folder = run.path / "checkpoints"
@@ -134,6 +153,48 @@ def read_json(path: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
+class _Scan:
+    folders: tuple[tuple[Path, int | None], ...]  # every folder walked, with its modification time
+    runs: tuple[Path, ...]
+    manifests: tuple[Path, ...]
+    settled: bool  # no folder had changed in the second before the walk
+
+
+_SCANS: LRUCache = LRUCache(16)
+_SCANS_LOCK = threading.Lock()
+
+
+def _scan(root: Path) -> _Scan:
+    """The run folders and manifest files under ``root``: the last walk's, while every folder it
+    walked has the modification time it had, else a new walk."""
+    with _SCANS_LOCK:
+        last = _SCANS.get(root)
+    if last is not None and last.settled and all(_mtime(folder) == mtime for folder, mtime in last.folders):
+        return last
+    began = time.time_ns()
+    folders, runs, manifests = [], [], []
+    for folder in _walk(root):
+        folders.append((folder, _mtime(folder)))
+        if (folder / "metrics.jsonl").is_file() or (folder / "checkpoints").is_dir():
+            runs.append(folder)
+        manifests += sorted(p for p in folder.glob("*manifest*.json") if p.is_file())
+    # A folder changed within the clock's granularity of the walk could change again unseen by its
+    # time (git's "racily clean" entries): such a walk is not used again.
+    settled = all(mtime is not None and mtime < began - 1_000_000_000 for _, mtime in folders)
+    scan = _Scan(tuple(folders), tuple(runs), tuple(manifests), settled)
+    with _SCANS_LOCK:
+        _SCANS[root] = scan
+    return scan
+
+
+def _mtime(folder: Path) -> int | None:
+    try:
+        return folder.stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 def _walk(root: Path):

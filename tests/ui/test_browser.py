@@ -118,6 +118,17 @@ def test_a_run_from_its_curves_through_its_checkpoint_back_to_the_raw_file(page,
     assert page.locator("#inputs .raw-input").inner_text().endswith(str(factory.raw_file))
 
 
+def test_the_lineage_graph_fits_the_page_eval_column_and_all(page, factory):
+    page.goto(f"/runs/{factory.run_key}/checkpoints/4")
+    page.click("#lineage-tree a.component-snapshot")  # filtered.web@…: raw input through eval, nine columns
+    evals = page.locator("#lineage a.node[data-stage=eval]")
+    assert evals.count() >= 1
+    width = page.evaluate("() => document.documentElement.clientWidth")
+    for box in evals.evaluate_all("nodes => nodes.map(n => n.getBoundingClientRect().toJSON())"):
+        assert box["left"] >= 0 and box["right"] <= width, (box, width)
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= width  # nothing to scroll sideways to
+
+
 def test_manifest_and_sweeps(page, shots):
     page.goto("/")
     page.click("#manifests ~ ul a")

@@ -1,0 +1,302 @@
+"""Load the UI as a team would: 20 clients at once over every page type of a factory home,
+served by `factory ui` in a process of its own, as a user starts it.
+
+Each page type (home, a table, a pinned snapshot and its lineage graph, a snapshot at ``main``,
+a page of documents, a document, a search, clusters, a cluster, quarantine, a quarantined
+document, a manifest, a run, a checkpoint, eval results, sweeps, decisions, a decision) has the
+URLs the home holds for it (every table, snapshot, checkpoint, several pages and documents); the
+requests take the types in turn, and each type its URLs in turn. ``--clients`` threads, each
+with its own keep-alive connection, take the next request as soon as their last one answered.
+Reported per page type: p50, p95 and max latency; the wall time; the server's RSS at start,
+after 200 requests and after all of them.
+
+With ``--baseline DIR`` a second server runs the code checked out in DIR (e.g. the commit before
+the change: ``git worktree add /tmp/ui-base main``) over the same home, and the two take the same
+requests in chunks of 200, alternately (ABBA), so that the machine's drift falls on both.
+
+    PYTHONPATH=. python benchmarks/ui/load.py --home DIR [--baseline DIR] [--requests 2000] [--clients 20]
+
+DIR is a factory home as `factory demo` leaves it (``cp -a`` one: the UI only reads, but keep
+the original apart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+CHUNK = 200  # requests per turn; RSS is also read after the first chunk
+PAGES_PER_TABLE = (0, 1, 5, 20, 40, 60)
+DOCUMENTS_PER_TABLE = 3
+SEARCHES = ("import", "license", "the ", "zzz-nothing")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--home", type=Path, required=True, help="a factory home as `factory demo` leaves it")
+    parser.add_argument("--baseline", type=Path, help="a checkout of the code to compare with, served alongside")
+    parser.add_argument("--requests", type=int, default=2000, help="requests to each server (default: 2000)")
+    parser.add_argument("--clients", type=int, default=20, help="clients at once (default: 20)")
+    parser.add_argument("--out", type=Path, help="write the figures here as JSON")
+    args = parser.parse_args()
+    if not (args.home / "catalog.db").is_file():
+        print(
+            f"error: {args.home} holds no catalog.db: run `factory demo` with FACTORY_HOME there first", file=sys.stderr
+        )
+        return 2
+    if args.requests < CHUNK or args.requests % CHUNK:
+        print(f"error: --requests must be a multiple of {CHUNK}", file=sys.stderr)
+        return 2
+    pages = discover(args.home)
+    schedule = requests_in_turn(pages, args.requests)
+    print(f"{len(pages)} page types, {sum(len(u) for u in pages.values())} URLs; {args.requests} requests each server")
+    checkouts = {"ours": REPO} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
+    servers = {name: Server(checkout, args.home) for name, checkout in checkouts.items()}
+    try:
+        for server in servers.values():
+            server.start()
+        results = {name: Load(server.rss_mb()) for name, server in servers.items()}
+        names = list(servers)
+        for chunk in range(args.requests // CHUNK):
+            order = names if chunk % 2 == 0 else names[::-1]  # ABBA: drift falls on both
+            for name in order:
+                load = results[name]
+                load.run(servers[name].url, schedule[chunk * CHUNK : (chunk + 1) * CHUNK], args.clients)
+                if chunk == 0:
+                    load.rss_after_first = servers[name].rss_mb()
+                print(f"  {name}: {(chunk + 1) * CHUNK} requests, {load.wall_s:.1f} s", flush=True)
+        for name, server in servers.items():
+            results[name].rss_end = server.rss_mb()
+    finally:
+        for server in servers.values():
+            server.stop()
+    report(results, list(pages))
+    if args.out:
+        args.out.write_text(json.dumps({n: r.summary(list(pages)) for n, r in results.items()}, indent=2))
+    return 0 if not any(r.errors for r in results.values()) else 1
+
+
+def discover(home: Path) -> dict[str, list[str]]:
+    """Every page type's URLs on this home, read from its catalog and folders (not from the server,
+    which would warm what it caches)."""
+    os.environ["FACTORY_HOME"] = str(home)
+    os.environ.pop("FACTORY_CATALOG", None)
+    from lakehouse.catalog import list_tables, load_catalog
+    from lakehouse.refs import format_identifier
+    from ui.sources import Sources, checkpoint_dirs
+
+    catalog = load_catalog()
+    sources = Sources(None, [home])
+    pages: dict[str, list[str]] = {k: [] for k in PAGE_TYPES}
+    pages["home"].append("/")
+    for identifier in list_tables(catalog):
+        table = catalog.load_table(identifier)
+        name = format_identifier(identifier)
+        columns = {f.name for f in table.schema().fields}
+        current = table.current_snapshot()
+        pages["table"].append(f"/tables/{name}")
+        pages["snapshot + lineage graph"] += [f"/tables/{name}/snapshots/{s.snapshot_id}" for s in table.snapshots()]
+        pages["snapshot at main"].append(f"/tables/{name}/snapshots/main")
+        if current is None:
+            continue
+        pinned = f"/tables/{name}/snapshots/{current.snapshot_id}"
+        records = int(current.summary["total-records"])
+        if name == "evals.results":
+            pages["eval results"] += [f"{pinned}/documents", f"/tables/{name}/snapshots/main/documents"]
+        elif "text" in columns and records:
+            pages["documents"] += [f"{pinned}/documents?page_no={p}" for p in PAGES_PER_TABLE if p * 25 < records]
+            ids = table.scan(snapshot_id=current.snapshot_id, selected_fields=("doc_id",)).to_arrow()["doc_id"]
+            step = max(1, len(ids) // DOCUMENTS_PER_TABLE)
+            pages["document"] += [
+                f"{pinned}/documents?doc_id={quote(ids[i].as_py())}" for i in range(0, len(ids), step)
+            ]
+            pages["search"] += [f"{pinned}/documents?q={quote(q)}" for q in SEARCHES]
+        if "cluster_size" in columns:
+            pages["clusters"].append(f"{pinned}/clusters")
+            sizes = table.scan(snapshot_id=current.snapshot_id, selected_fields=("cluster_id", "cluster_size"))
+            multi = sorted({r["cluster_id"] for r in sizes.to_arrow().to_pylist() if r["cluster_size"] > 1})
+            pages["cluster"] += [f"{pinned}/clusters/{quote(c)}" for c in multi[:DOCUMENTS_PER_TABLE]]
+        if {"doc_id", "stage", "reason"} <= columns and records:
+            pages["quarantine"].append(f"{pinned}/quarantine")
+            ids = table.scan(snapshot_id=current.snapshot_id, selected_fields=("doc_id",)).to_arrow()["doc_id"]
+            pages["quarantined document"] += [f"{pinned}/quarantine/{quote(i.as_py())}" for i in ids[:2]]
+        if name == "factory.decisions":
+            ids = table.scan(selected_fields=("decision_id",)).to_arrow()["decision_id"].to_pylist()
+            pages["decision"] += [f"/decisions/{quote(i)}" for i in ids]
+    pages["manifest"] += [f"/manifests/{quote(m.fingerprint)}" for m in sources.manifests()]
+    for run in sources.runs():
+        pages["run"].append(f"/runs/{quote(run.key)}")
+        pages["checkpoint"] += [f"/runs/{quote(run.key)}/checkpoints/{d.name[5:]}" for d in checkpoint_dirs(run)]
+    pages["sweeps"] += ["/sweeps", "/sweeps?sort=final_loss"]
+    pages["decisions"] += ["/decisions", "/decisions?kind=refinement-gate"]
+    return {kind: urls for kind, urls in pages.items() if urls}
+
+
+PAGE_TYPES = (
+    "home",
+    "table",
+    "snapshot + lineage graph",
+    "snapshot at main",
+    "documents",
+    "document",
+    "search",
+    "clusters",
+    "cluster",
+    "quarantine",
+    "quarantined document",
+    "manifest",
+    "run",
+    "checkpoint",
+    "eval results",
+    "sweeps",
+    "decisions",
+    "decision",
+)
+
+
+def requests_in_turn(pages: dict[str, list[str]], count: int) -> list[tuple[str, str]]:
+    """(page type, URL): the types in turn, each its URLs in turn."""
+    cycles = {kind: itertools.cycle(urls) for kind, urls in pages.items()}
+    kinds = itertools.cycle(pages)
+    return [(kind, next(cycles[kind])) for kind in itertools.islice(kinds, count)]
+
+
+@dataclass
+class Load:
+    rss_start: float
+    rss_after_first: float = 0.0
+    rss_end: float = 0.0
+    wall_s: float = 0.0
+    times: dict[str, list[float]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def run(self, base_url: str, requests: list[tuple[str, str]], clients: int) -> None:
+        import httpx
+
+        pending = iter(requests)
+        lock = threading.Lock()
+
+        def client() -> None:
+            with httpx.Client(base_url=base_url, timeout=600) as http:
+                while True:
+                    with lock:
+                        item = next(pending, None)
+                    if item is None:
+                        return
+                    kind, url = item
+                    began = time.perf_counter()
+                    response = http.get(url)
+                    took = time.perf_counter() - began
+                    with lock:
+                        self.times.setdefault(kind, []).append(took)
+                        if response.status_code != 200:
+                            self.errors.append(f"{response.status_code} {url}")
+
+        threads = [threading.Thread(target=client) for _ in range(clients)]
+        began = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.wall_s += time.perf_counter() - began
+
+    def summary(self, kinds: list[str]) -> dict:
+        return {
+            "wall_s": round(self.wall_s, 2),
+            "rss_mb": {"start": self.rss_start, "after_200": self.rss_after_first, "end": self.rss_end},
+            "errors": self.errors,
+            "pages": {k: _stats(self.times[k]) for k in kinds if k in self.times},
+        }
+
+
+def _stats(times: list[float]) -> dict:
+    ordered = sorted(times)
+
+    def rank(q: float) -> float:  # nearest rank
+        return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+    return {"n": len(ordered), "p50_ms": rank(0.5) * 1000, "p95_ms": rank(0.95) * 1000, "max_ms": ordered[-1] * 1000}
+
+
+def report(results: dict[str, Load], kinds: list[str]) -> None:
+    names = list(results)
+    summaries = {n: results[n].summary(kinds) for n in names}
+    head = " | ".join(f"{n} p50 / p95 / max ms" for n in names)
+    print(f"\n| page type | n | {head} |")
+    print("| --- | ---: |" + " ---: |" * len(names))
+    for kind in kinds:
+        cells = []
+        for n in names:
+            s = summaries[n]["pages"].get(kind)
+            cells.append(f"{s['p50_ms']:,.0f} / {s['p95_ms']:,.0f} / {s['max_ms']:,.0f}" if s else "—")
+        count = summaries[names[0]]["pages"].get(kind, {}).get("n", 0)
+        print(f"| {kind} | {count} | " + " | ".join(cells) + " |")
+    for n in names:
+        s = summaries[n]
+        rss = s["rss_mb"]
+        print(
+            f"{n}: wall {s['wall_s']:.1f} s; RSS {rss['start']:.0f} MB at start, {rss['after_200']:.0f} after "
+            f"{CHUNK}, {rss['end']:.0f} after all; {len(s['errors'])} non-200 answers {s['errors'][:5]}"
+        )
+
+
+class Server:
+    """`factory ui` from a checkout, in its own process, on a free port of 127.0.0.1."""
+
+    def __init__(self, checkout: Path, home: Path) -> None:
+        self.checkout, self.home = checkout, home
+        self.process: subprocess.Popen | None = None
+        self.url = ""
+
+    def start(self) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        env = {**os.environ, "PYTHONPATH": str(self.checkout), "FACTORY_HOME": str(self.home)}
+        env.pop("FACTORY_CATALOG", None)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "factory_cli.main", "ui", "--port", str(port), "--quiet"],
+            cwd=self.checkout,
+            env=env,
+        )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"`factory ui` from {self.checkout} exited with {self.process.returncode}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            raise RuntimeError(f"`factory ui` from {self.checkout} did not listen within 120 s")
+        self.url = f"http://127.0.0.1:{port}"
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmRSS in /proc: the benchmark reads the server's memory the Linux way")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Serving the app as `factory ui` does: uvicorn in this process, with two things set for a team.
+
+- A request too malformed to reach the app (a broken request line or header) is answered by
+  uvicorn itself, with a 400 of its own. uvicorn's HTTP/1.1 protocol (h11) writes that answer
+  without the headers the app sets, so ours adds the Content-Security-Policy the app's answers carry:
+  every response the server sends has it.
+- Arrow's memory pool is jemalloc, not the default mimalloc: mimalloc keeps what each thread freed,
+  and the app reads Parquet on many threads at once, so the server's memory grew with each new
+  read; jemalloc hands freed memory back (docs/benchmarks.md, "The UI under load").
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import h11
+import pyarrow as pa
+import uvicorn
+from fastapi import FastAPI
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from ui.app import CSP
+
+
+class _Protocol(H11Protocol):
+    """uvicorn's h11 protocol, whose own 400 answer carries the UI's Content-Security-Policy."""
+
+    def send_400_response(self, msg: str) -> None:
+        headers = [
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"content-security-policy", CSP.encode()),
+            (b"connection", b"close"),
+        ]
+        for event in (
+            h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+            h11.Data(data=msg.encode("ascii")),
+            h11.EndOfMessage(),
+        ):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
+
+
+def serve(app: FastAPI, host: str, port: int, log_level: str) -> None:
+    """Serve ``app`` until interrupted."""
+    with contextlib.suppress(NotImplementedError):  # a pyarrow built without jemalloc: its default pool
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+    uvicorn.run(app, host=host, port=port, log_level=log_level, http=_Protocol)
