@@ -122,7 +122,7 @@ def test_a_run_on_a_tracking_server_holds_the_run_folders_params_metrics_and_tag
     from lakehouse.catalog import load_catalog
 
     rows = checkpoint_results(load_catalog(), str(checkpoints[-1]))
-    assert {r["metric"] for r in rows} == {"loss/text", "loss/code", "loss/num"}
+    assert {r["metric"] for r in rows} == {f"{m}/{c}" for m in ("loss", "bpb") for c in ("text", "code", "num")}
     for row in rows:
         points = client.get_metric_history(run.info.run_id, f"evals/heldout/{row['metric']}")
         assert [(m.step, m.value) for m in points] == [(3, row["value"])]

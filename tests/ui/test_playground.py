@@ -10,6 +10,7 @@ import re
 import shutil
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -170,7 +171,10 @@ def test_the_pool_refuses_past_its_bound_and_stops_waiting_at_its_timeout():
         await asyncio.sleep(0.2)
         assert await quick.run(lambda: 7) == 7
 
-    asyncio.run(scenario())
+    # A loop of its own in a thread of its own: Playwright's sync API (the browser tests, earlier in
+    # the same session) leaves an event loop running in this thread, where asyncio.run refuses to start.
+    with ThreadPoolExecutor(1) as thread:
+        thread.submit(asyncio.run, scenario()).result()
 
 
 @pytest.mark.engine
