@@ -102,14 +102,17 @@ def curve_trial(config: dict, setup) -> None:
 
 @pytest.mark.engine
 @pytest.mark.slow
-def test_asha_stops_the_worst_trials_early_and_they_are_recorded_as_stopped(catalog, factory_home):
+def test_asha_stops_the_worst_trials_early_and_they_are_recorded_as_stopped(catalog, factory_home, tmp_path):
     from ray import tune
 
     from experiments.sweep import Schedule, run_trials, sweep_dir_of
     from experiments.sweep_spec import Asha
     from experiments.trial import TrialSetup
 
-    setup = TrialSetup("asha", "sweep", str(sweep_dir_of("asha")), "/", "-", (), 1, 1, "-")
+    # The trials are synthetic curves, not training runs: the base config only says not to track them.
+    config = tmp_path / "base.toml"
+    config.write_text('[data]\nmanifest = "m.json"\ntokenizer = "t.json"\n\n[mlflow]\nenabled = false\n')
+    setup = TrialSetup("asha", "sweep", str(sweep_dir_of("asha")), "/", str(config), (), 1, 1, "-")
     space = {"params": {"level": tune.grid_search([1.0, 2.0, 3.0, 4.0])}}
     # One trial at a time, so each reaches a rung after the better ones have set its bar.
     schedule = Schedule(cpus=2, asha=Asha(grace_period=1, reduction_factor=2))
