@@ -7,10 +7,11 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
+
+from tests.ports import free_port
 
 
 def find_postgres_bin() -> Path | None:
@@ -22,12 +23,6 @@ def find_postgres_bin() -> Path | None:
     return Path(candidates[-1]).parent if candidates else None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class PostgresServer:
     """initdb + pg_ctl in a temporary folder; trust auth on 127.0.0.1 only."""
 
@@ -35,7 +30,7 @@ class PostgresServer:
         self.bindir = bindir
         self.root = Path(tempfile.mkdtemp(prefix="factory-pg-"))
         self.data = self.root / "data"
-        self.port = _free_port()
+        self.port = free_port()
         # PostgreSQL refuses to run as root: run it as the package's `postgres` user then.
         self.prefix: list[str] = []
         if os.geteuid() == 0:

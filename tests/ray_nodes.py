@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.postgres import _free_port
+from tests.ports import free_port
 
 RAY = str(Path(sys.executable).parent / "ray")
 
@@ -27,7 +27,7 @@ class RayNodes:
     def __init__(self, env: dict[str, str] | None = None) -> None:
         # Short paths: Ray's socket names must fit in 107 bytes.
         self.root = Path(tempfile.mkdtemp(prefix="fray-", dir="/tmp"))
-        self.port = _free_port()
+        self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         # Ray 2.60's `ray start` turns token authentication on; nodes on one loopback need none.
         self.env = {**os.environ, "RAY_DISABLE_USAGE_STATS": "1", "RAY_AUTH_MODE": "disabled", **(env or {})}

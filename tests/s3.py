@@ -13,23 +13,19 @@ import sys
 import time
 import uuid
 
+from tests.ports import free_port
+
 # moto accepts any key; these are made up, long enough to be found if they leaked anywhere.
 ACCESS_KEY = "AKIAFACTORYTESTKEY0001"
 SECRET_KEY = "factory-test-secret-" + "x" * 20
 REGION = "us-east-1"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class MotoServer:
     """``python -m moto.server`` on a free port; ``bucket()`` makes a bucket in it."""
 
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
 

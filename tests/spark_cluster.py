@@ -16,7 +16,7 @@ from pathlib import Path
 from pyspark.find_spark_home import _find_spark_home
 
 from pipelines.jvm_options import JIT_OPTIONS
-from tests.postgres import _free_port
+from tests.ports import free_port
 
 QUICK_JIT = JIT_OPTIONS["quick"]
 # What spark-submit needs to give its driver and executors the same compiler setting.
@@ -36,7 +36,7 @@ class StandaloneCluster:
     ) -> None:
         self.spark_home = Path(_find_spark_home())
         self.root = Path(tempfile.mkdtemp(prefix="factory-spark-cluster-"))
-        self.port, self.ui_port = _free_port(), _free_port()
+        self.port, self.ui_port = free_port(), free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         self.workers, self.cores, self.memory = workers, cores, memory
         self.worker_env = worker_env or {}

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.mlflow_server import free_port
+from tests.ports import free_port
 
 
 def test_an_ablations_verdicts_as_metrics_and_tags():

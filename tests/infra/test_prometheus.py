@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -19,18 +18,13 @@ import yaml
 
 from tests.conftest import REPO
 from tests.corpora import make_table
+from tests.ports import free_port
 
 RULES = REPO / "infra" / "prometheus" / "alerts.yml"
 DASHBOARD = REPO / "infra" / "grafana" / "training.json"
 PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
 PAUSED_BATCH = 6
 STEPS = 16
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def panel_queries() -> list[tuple[str, str]]:

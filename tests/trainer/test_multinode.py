@@ -14,13 +14,13 @@ import pytest
 from factory_cli.main import build_parser
 from factory_cli.train import torchrun_command
 from tests.conftest import REPO, run_factory
-from tests.postgres import _free_port
+from tests.ports import free_port
 from tests.trainer.conftest import STEPS, TrainSetup, losses
 
 
 def two_nodes(setup: TrainSetup, run_dir: Path, *extra: str, env: dict | None = None) -> list[tuple[int, str]]:
     """`factory train` once per node, as each machine of a cluster runs it: (exit status, stderr) of each."""
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     args = ["train", "--config", str(setup.config), "--nproc", "1", "--nnodes", "2", "--rdzv-endpoint", endpoint]
     args += ["--rdzv-id", run_dir.name, "--set", f"run.dir='{run_dir}'", *extra]
     procs = [

@@ -14,7 +14,8 @@ import pytest
 
 from tests.conftest import REPO, run_factory
 from tests.experiments.lakehouse_setup import Lakehouse, enter_lake, lake_fixture
-from tests.mlflow_server import MlflowServer, free_port
+from tests.mlflow_server import MlflowServer
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
