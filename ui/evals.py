@@ -1,7 +1,7 @@
 """Tables other parts of the factory may make: eval results and samples, sweep trials, shown where they exist.
 
-Results and trials are read whole (or one sweep of them) and kept per the table's metadata file
-(ui/cache.py): the first request after a commit reads them again."""
+Results and trials are read whole (or one sweep of them), and the samples' checkpoint column, each
+kept per the table's metadata file (ui/cache.py): the first request after a commit reads them again."""
 
 from __future__ import annotations
 
@@ -36,6 +36,11 @@ def sample_counts(sources: Sources) -> Counter[str]:
     table = sources.optional_table(SAMPLES_TABLE)
     if table is None or table.current_snapshot() is None:
         return Counter()
+    return _sample_counts(table)
+
+
+@memo(4, key=lambda table: hashkey(table.metadata_location))
+def _sample_counts(table: Table) -> Counter[str]:
     return Counter(table.scan(selected_fields=("checkpoint",)).to_arrow().column("checkpoint").to_pylist())
 
 
