@@ -29,7 +29,7 @@ from typing import IO, Any
 
 from lakehouse.redact import redact
 from trainer.tracking import (
-    CLIENT_ENVIRONMENT,
+    bound_client_environment,
     describe_failure,
     ensure_experiment,
     metric_values,
@@ -169,8 +169,7 @@ class TrialRun:
         return self
 
     def _start(self, tracking: SweepTracking) -> Any:
-        for name, value in CLIENT_ENVIRONMENT.items():
-            os.environ.setdefault(name, value)
+        bound_client_environment()
         import mlflow
         from ray.air.integrations.mlflow import setup_mlflow
 

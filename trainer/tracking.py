@@ -68,10 +68,16 @@ def _sqlite_path(uri: str) -> Path | None:
     return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
 
 
-def open_client(uri: str) -> Any:
-    """An ``MlflowClient`` for ``uri`` (importing MLflow); a SQLite store's folder is made first."""
+def bound_client_environment() -> None:
+    """``CLIENT_ENVIRONMENT`` where the environment does not say otherwise; before MLflow's import,
+    which reads its logging level."""
     for name, value in CLIENT_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
+
+
+def open_client(uri: str) -> Any:
+    """An ``MlflowClient`` for ``uri`` (importing MLflow); a SQLite store's folder is made first."""
+    bound_client_environment()
     path = _sqlite_path(uri)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
