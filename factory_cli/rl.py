@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "rl") -> None:
 def run(args: argparse.Namespace) -> int:
     from lakehouse.catalog import load_catalog
     from pipelines.spark_session import get_spark
-    from rl.build import BuildOptions, build
+    from rl.build import BuildOptions, build, find_repositories_of
 
     opts = BuildOptions(
         output=args.output,
@@ -77,8 +77,9 @@ def run(args: argparse.Namespace) -> int:
         parallelism=args.parallelism,
         run_id=args.run_id,
     )
-    opts.check()  # a bad option fails here, before Spark starts
-    result = build(get_spark("factory-rl-build"), load_catalog(args.catalog), opts)
+    opts.check()  # a bad option or repository fails here, before the job waits for Spark
+    repos = find_repositories_of(opts)
+    result = build(get_spark("factory-rl-build"), load_catalog(args.catalog), opts, repos)
     print(format_result(result))
     return 0
 

@@ -141,10 +141,13 @@ class _Traced:
     runtime_files: tuple[str, ...]  # files the harness or runner ran before the tests (never tasks)
 
 
-def build(spark: SparkSession, catalog: Catalog, opts: BuildOptions) -> BuildResult:
-    """Build the environment and publish it as the content of ``opts.output``."""
+def build(
+    spark: SparkSession, catalog: Catalog, opts: BuildOptions, repos: Sequence[Repository] | None = None
+) -> BuildResult:
+    """Build the environment and publish it as the content of ``opts.output``. ``repos``: those
+    ``find_repositories(opts)`` gives, if the caller has them already."""
     opts.check()
-    repos = find_repositories(opts.python, opts.repositories, opts.paths, opts.include_tests, opts.max_test_modules)
+    repos = find_repositories_of(opts) if repos is None else repos
     ship_code(spark, (*TASK_PACKAGES, "evals", "rl"))
     snapshots = {repo.name: _snapshot(spark, catalog, repo, opts.snapshots) for repo in repos}
     out_id = parse_identifier(opts.output)
@@ -172,6 +175,10 @@ def build(spark: SparkSession, catalog: Catalog, opts: BuildOptions) -> BuildRes
     publish(catalog, out_id, commit.snapshot_id)
     remove_branch(catalog, out_id, branch)
     return BuildResult(run.run_id, commit, stats)
+
+
+def find_repositories_of(opts: BuildOptions) -> list[Repository]:
+    return find_repositories(opts.python, opts.repositories, opts.paths, opts.include_tests, opts.max_test_modules)
 
 
 def _snapshot(spark: SparkSession, catalog: Catalog, repo: Repository, table: str) -> _Snapshot:

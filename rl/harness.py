@@ -112,6 +112,10 @@ class Harness:
             files = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
             self.emit({"runtime_files": sorted(f for f in files if isinstance(f, str))})
 
+    def protect_tests(self):
+        """Called once the tests are collected, before any runs: their modules are protected too."""
+        self.protected.update(_runner_objects(_is_test_module))
+
     # --- pytest -------------------------------------------------------------------------
 
     def run_pytest(self):
@@ -129,6 +133,7 @@ class Harness:
 
             @pytest.hookimpl(tryfirst=True)
             def pytest_runtestloop(self, session):
+                harness.protect_tests()
                 for item in session.items:
                     harness.run_forked(item.nodeid, lambda item=item: harness.pytest_one(item))
                 return True
@@ -193,19 +198,24 @@ class Harness:
                 except Exception:
                     traceback.print_exc()
             chosen = self.select(cases, lambda case: case.id())
+            self.protect_tests()
             for case in chosen:
                 self.run_forked(case.id(), lambda case=case: self.unittest_one(case))
             return
+        found = {}
         for test_id in self.spec["tests"]:
             try:
                 cases = list(_flatten(loader.loadTestsFromName(test_id)))
             except Exception:
                 traceback.print_exc()
                 cases = []
-            if len(cases) != 1 or cases[0].id() != test_id:
+            found[test_id] = cases[0] if len(cases) == 1 and cases[0].id() == test_id else None
+        self.protect_tests()
+        for test_id, case in found.items():
+            if case is None:
                 self.emit({"test": test_id, "verdict": "missing"})
-                continue
-            self.run_forked(test_id, lambda case=cases[0]: self.unittest_one(case))
+            else:
+                self.run_forked(test_id, lambda case=case: self.unittest_one(case))
 
     def unittest_one(self, case):
         result = _Result()
@@ -363,11 +373,11 @@ def _reloads(loader, case):
     return len(found) == 1 and found[0].id() == case.id()
 
 
-def _runner_objects():
-    """Every function and class the runner's modules hold, and every attribute of their classes."""
+def _runner_objects(is_protected=lambda name, module: name.split(".")[0] in RUNNER_MODULES):
+    """Every function and class the protected modules hold, and every attribute of their classes."""
     objects = {}
     for name, module in list(sys.modules.items()):
-        if module is None or name.split(".")[0] not in RUNNER_MODULES:
+        if module is None or not is_protected(name, module):
             continue
         for attribute, value in list(vars(module).items()):
             if callable(value):
@@ -376,6 +386,20 @@ def _runner_objects():
                 for member, inner in list(vars(value).items()):
                     objects[(name, attribute, member)] = inner
     return objects
+
+
+def _is_test_module(name, module):
+    """Test files, conftests and testing helpers (``numpy.testing``, ``pandas._testing``): what a test
+    checks its result with, which the code under test must not rewrite either."""
+    filename = getattr(module, "__file__", None) or ""
+    parts = filename.split("/")
+    base = parts[-1]
+    return (
+        base.startswith("test_")
+        or base == "conftest.py"
+        or bool({"test", "tests"}.intersection(parts[:-1]))
+        or any("testing" in part for part in name.split("."))
+    )
 
 
 def _changed(protected):
