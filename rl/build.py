@@ -271,7 +271,10 @@ def _trace(repo: Repository, module: str, opts: BuildOptions) -> _Traced:
                 calls.append((path, int(line), qualname))
         passed[record["test"]] = sorted(calls)
     paths = tuple(sorted(p for p in map(repo.relpath, runtime) if p is not None))
-    return _Traced(repo.name, module, run.status, passed, failed, paths)
+    status = "runner-error" if run.status == "ok" and any("error" in r for r in run.records) else run.status
+    if status != "ok":
+        log.warning("%s %s: %s; %s", repo.name, module, status, run.output[-500:])
+    return _Traced(repo.name, module, status, passed, failed, paths)
 
 
 def _limits(opts: BuildOptions) -> Limits:
@@ -319,7 +322,7 @@ def _candidates(
     stats = {
         "repositories": len(repos),
         "test-modules": len(traced),
-        "test-modules-unfinished": sum(u.status != "ok" for u in traced),
+        **{f"test-modules.{status}": n for status, n in sorted(Counter(u.status for u in traced).items())},
         "tests-passed": sum(len(u.passed) for u in traced),
         "tests-failed": sum(u.failed for u in traced),
         "functions-exercised": len(tests_of),

@@ -103,11 +103,14 @@ class Harness:
         while data:
             data = data[os.write(self.results_fd, data) :]
 
-    def runner_ready(self):
-        """Called once the runner is imported, before any test module is: what the runner is made
-        of is protected from then on, and (tracing) its files are named, so that no task is made
-        from a function the harness or the runner itself runs."""
+    def protect_runner(self):
+        """Called once the runner is ready, before any test module is imported: what the runner
+        is made of is protected from then on."""
         self.protected = _runner_objects()
+
+    def name_runtime_files(self):
+        """Tracing: the files of every module the harness and the runner have imported, so that no
+        task is made from a function they run themselves."""
         if self.trace:
             files = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
             self.emit({"runtime_files": sorted(f for f in files if isinstance(f, str))})
@@ -125,8 +128,12 @@ class Harness:
 
         class Plugin:
             @pytest.hookimpl(tryfirst=True)
+            def pytest_load_initial_conftests(self, early_config, parser, args):
+                harness.name_runtime_files()  # before the repository's conftests import it
+
+            @pytest.hookimpl(tryfirst=True)
             def pytest_sessionstart(self, session):
-                harness.runner_ready()
+                harness.protect_runner()  # once configured: pytest sets some of its attributes then
 
             def pytest_collection_modifyitems(self, session, config, items):
                 items[:] = harness.select(items, lambda item: item.nodeid)
@@ -188,7 +195,8 @@ class Harness:
     # --- unittest -----------------------------------------------------------------------
 
     def run_unittest(self):
-        self.runner_ready()
+        self.name_runtime_files()
+        self.protect_runner()
         loader = unittest.TestLoader()
         if self.trace:
             cases = []

@@ -151,7 +151,9 @@ def _installed(python: str, layout: dict[str, str], wanted: set[str]) -> list[Re
 def _package(python: str, folder: Path) -> Repository | None:
     """A package folder as a repository, if it ships tests; its runner from how they are written."""
     name = _repository_name(folder.name)
-    if not (folder / "__init__.py").is_file() or not name or not name[0].isalpha() or name in {"pytest", "pluggy"}:  # the runner tests itself
+    if (
+        not (folder / "__init__.py").is_file() or not name or not name[0].isalpha() or name in {"pytest", "pluggy"}
+    ):  # the runner tests itself
         return None
     files = []
     for dirpath, dirnames, filenames in os.walk(folder):

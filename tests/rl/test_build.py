@@ -29,7 +29,10 @@ def _toy_options(toy, **changes) -> BuildOptions:
 @pytest.mark.slow
 def test_a_small_build_from_the_standard_library_and_a_package(spark, catalog, toy):
     opts = BuildOptions(
-        repositories=("stdlib",), paths=(str(toy),), include_tests=("test.test_colorsys", "toy/tests/*"), test_timeout=10
+        repositories=("stdlib",),
+        paths=(str(toy),),
+        include_tests=("test.test_colorsys", "toy/tests/*"),
+        test_timeout=10,
     )
     result = build(spark, catalog, opts)
     tasks = read_tasks(catalog)

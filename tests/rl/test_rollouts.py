@@ -4,7 +4,6 @@ rollouts running beside them."""
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import sysconfig
@@ -74,7 +73,9 @@ def test_a_stdlib_task_runs_under_unittest_with_the_interpreters_own_library():
         "t.ColorsysTest.assertTripleEqual = lambda *a, **k: None\n"
         "return (0.0, 0.0, 0.0)"
     )
-    results = score([task, task, task], [task.original_body, _body(task, "return (r, g, b)"), _body(task, patch_runner)])
+    results = score(
+        [task, task, task], [task.original_body, _body(task, "return (r, g, b)"), _body(task, patch_runner)]
+    )
     assert [r.reward for r in results] == [1.0, 0.0, 0.0]
     assert "was modified during the test" in results[2].output
 
@@ -86,9 +87,7 @@ def test_hostile_completions_score_0_and_reach_nothing(toy, tmp_path):
     private_tmp = Path("/tmp") / f"escaped-{uuid.uuid4().hex}"
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
-    passing_tests = (
-        "def test_clamp_low():\n    pass\n\n\ndef test_clamp_high():\n    pass\n"  # what an edit would make of the tests
-    )
+    passing_tests = "def test_clamp_low():\n    pass\n\n\ndef test_clamp_high():\n    pass\n"  # what an edit would make of the tests
     bodies = {
         **HOSTILE,
         "write outside": f"open({str(outside)!r}, 'w').write('x')\nreturn -1",
@@ -182,7 +181,7 @@ def test_a_task_whose_file_changed_is_refused(toy):
     original = core.read_text()
     core.write_text(original + "\n")
     try:
-        with pytest.raises(InputError, match="changed since task .* was built"):
+        with pytest.raises(InputError, match=r"changed since task .* was built"):
             score([add], [add.original_body])
     finally:
         core.write_text(original)

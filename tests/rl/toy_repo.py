@@ -43,14 +43,14 @@ def check(x):
         raise ValueError(x)
 '''
 
-STAMP = '''import os
+STAMP = """import os
 
 
 def stamp():
     return int(os.stat(__file__).st_mtime)
-'''
+"""
 
-TESTS = '''import pytest
+TESTS = """import pytest
 
 from toy.core import add, check, clamp, helper
 from toy.stamp import stamp
@@ -90,7 +90,7 @@ def test_stamp():
 @pytest.mark.skip(reason="never runs")
 def test_skipped():
     assert add(0, 0) == 0
-'''
+"""
 
 
 def write_toy_repository() -> Path:
