@@ -4,6 +4,9 @@ rollouts running beside them."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
 import socket
 import sys
 import sysconfig
@@ -80,6 +83,7 @@ def test_a_stdlib_task_runs_under_unittest_with_the_interpreters_own_library():
     assert "was modified during the test" in results[2].output
 
 
+@pytest.mark.slow  # it waits out the timeouts of the loops and the fork bomb
 def test_hostile_completions_score_0_and_reach_nothing(toy, tmp_path):
     clamp = toy_task(toy, "clamp", CLAMP_TESTS)
     tests_file = toy / "tests" / "test_core.py"
@@ -136,9 +140,10 @@ def test_hostile_completions_score_0_and_reach_nothing(toy, tmp_path):
     before = tree_digest(toy)
     started = time.monotonic()
     try:
-        results = score([clamp] * len(completions), completions, workers=2, test_timeout=3)
-        time.sleep(0.2)
-        leftover = _harness_processes()
+        with _subreaper():
+            results = score([clamp] * len(completions), completions, workers=2, test_timeout=3)
+            time.sleep(0.2)
+            leftover = _harness_processes()
         listener.setblocking(False)
         try:
             listener.accept()[0].close()
@@ -201,14 +206,34 @@ def test_rollouts_run_on_ray_in_order(toy):
     assert [r.reward for r in results] == [1.0, 0.5, 0.0] * 2
 
 
+@contextlib.contextmanager
+def _subreaper():
+    """This process adopts its orphaned descendants meanwhile (PR_SET_CHILD_SUBREAPER), so that a
+    sandboxed process that escaped its rollout would still be found among them."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(36, 1, 0, 0, 0)
+    try:
+        yield
+    finally:
+        libc.prctl(36, 0, 0, 0, 0)
+
+
 def _harness_processes() -> list[int]:
-    found = []
+    """This process's descendants running the harness (other sessions' rollouts are not ours)."""
+    parents, commands = {}, {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                cmdline = (entry / "cmdline").read_bytes()
+                stat = (entry / "stat").read_text()
+                commands[int(entry.name)] = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if b"/tmp/.rl/harness.py" in cmdline:
-                found.append(int(entry.name))
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found = []
+    for pid, command in commands.items():
+        ancestor = parents.get(pid)
+        while ancestor and ancestor != os.getpid():
+            ancestor = parents.get(ancestor)
+        if ancestor == os.getpid() and b"/tmp/.rl/harness.py" in command:
+            found.append(pid)
     return found
