@@ -6,6 +6,7 @@ import hashlib
 
 import pytest
 
+from factory_cli.rl import format_result
 from lakehouse.catalog import load_table
 from lakehouse.commit import snapshot_stats
 from rl.build import BuildOptions, build
@@ -77,6 +78,8 @@ def test_the_same_trees_give_the_same_tasks_whatever_the_parallelism(spark, cata
     ]
     assert rows[0] == rows[1] and len(rows[0]) == 2
     assert one.stats["tasks"] == three.stats["tasks"] == 2
+    printed = format_result(one)
+    assert "rl.tasks_one@" in printed and ": 2 tasks" in printed and "dropped.original-fails=1" in printed
     again = build(spark, catalog, _toy_options(toy, output="rl.tasks_one", parallelism=1, run_id="one"))
     assert again.already_committed and again.tasks.snapshot_id == one.tasks.snapshot_id
 
