@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("factory_cli.export", "write a checkpoint as a Hugging Face model folder (transformers, vLLM, SGLang)"),
     "sweep": ("factory_cli.sweep", "search training config keys and mixture weights, trials on Ray Tune"),
     "ablate": ("factory_cli.ablate", "run a base and one-change variants over seeds; differences against seed noise"),
+    "rl": ("factory_cli.rl", "reinforcement learning from code execution: `rl build` makes the environment"),
     "lineage": ("factory_cli.lineage", "show which data, pipeline runs and raw inputs made a checkpoint"),
     "decisions": ("factory_cli.decisions", "list what the factory decided by itself (gates, mixtures, ablations), why"),
     "ui": (
@@ -51,8 +52,12 @@ SPARK_COMMANDS: dict[str, str | None] = {
     "dedup": "pipelines.dedup_stages",
     "filter": "quality.filter_task",
     "decontaminate": "quality.contamination",
+    "rl": "rl.build",
     "demo": None,
 }
+
+# Command groups of which only some subcommands run Spark (`factory rl train` will not).
+SPARK_SUBCOMMANDS: dict[str, set[str]] = {"rl": {"build"}}
 
 EPILOG = """\
 With no configuration the catalog is SQLite at $FACTORY_HOME/catalog.db (default ./.factory).
@@ -102,6 +107,8 @@ def run_command(name: str, argv: Sequence[str], prog: str | None = None) -> int:
 
 def _start_spark_early(name: str | None, argv: Sequence[str]) -> None:
     if name in SPARK_COMMANDS and "-h" not in argv and "--help" not in argv:
+        if name in SPARK_SUBCOMMANDS and not SPARK_SUBCOMMANDS[name].intersection(argv):
+            return
         from pipelines.spark_session import start_spark_early
 
         start_spark_early(f"factory-{name}", SPARK_COMMANDS[name])

@@ -43,12 +43,15 @@ def code_archive(packages: tuple[str, ...] = TASK_PACKAGES) -> bytes:
     return buffer.getvalue()
 
 
-def ship_code(spark: SparkSession) -> Path | None:
-    """Add the driver's code to a cluster session's Python workers; the archive (None when local)."""
+def ship_code(spark: SparkSession, packages: tuple[str, ...] = TASK_PACKAGES) -> Path | None:
+    """Add the driver's code to a cluster session's Python workers; the archive (None when local).
+
+    ``packages``: more than the tasks' floors, for a job above them whose tasks import its own
+    code (the RL environment's builder)."""
     context = spark.sparkContext
     if context.master.startswith("local"):
         return None
-    data = code_archive()
+    data = code_archive(packages)
     # Named by content: Spark refuses a second file of one name with other bytes.
     folder = Path(tempfile.mkdtemp(prefix="factory-code-"))
     path = folder / f"factory-code-{hashlib.sha256(data).hexdigest()[:16]}.zip"

@@ -156,6 +156,7 @@ def test_factory_definition_keys_are_documented():
         (["filter"], "jobs.md#the-filter-config-key-by-key"),
         (["train"], "training.md#the-config"),
         (["run"], "factory.md#the-definition-key-by-key"),
+        (["rl", "build"], "rl.md#factory-rl-build"),
     ],
 )
 def test_help_names_where_the_keys_are_documented(argv, link, capsys, monkeypatch):

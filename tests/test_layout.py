@@ -18,6 +18,7 @@ FLOORS = [
     ["pipelines", "streaming_loader"],
     ["trainer"],
     ["evals", "experiments"],
+    ["rl"],
     ["ui"],
     ["orchestration"],
     ["factory_cli"],

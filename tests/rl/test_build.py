@@ -1,0 +1,94 @@
+"""The environment builder end to end: real Spark, the real sandbox, a real Iceberg catalog."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from factory_cli.rl import format_result
+from lakehouse.catalog import load_table
+from lakehouse.commit import snapshot_stats
+from rl.build import BuildOptions, build
+from rl.rollouts import score
+from rl.tasks import read_tasks
+from tests.conftest import run_factory
+from tests.rl.toy_repo import remove_toy_repository, write_toy_repository
+
+
+@pytest.fixture
+def toy():
+    package = write_toy_repository()
+    yield package
+    remove_toy_repository(package)
+
+
+def _toy_options(toy, **changes) -> BuildOptions:
+    return BuildOptions(paths=(str(toy),), test_timeout=10, **changes)
+
+
+@pytest.mark.slow
+def test_a_small_build_from_the_standard_library_and_a_package(spark, catalog, toy):
+    opts = BuildOptions(
+        repositories=("stdlib",),
+        paths=(str(toy),),
+        include_tests=("test.test_colorsys", "toy/tests/*"),
+        test_timeout=10,
+    )
+    result = build(spark, catalog, opts)
+    tasks = read_tasks(catalog)
+    by_name = {(t.repository, t.qualname): t for t in tasks}
+    # The toy's functions: two kept; helper's test ignores it, check's passes with an empty body,
+    # stamp's test depends on the file's mtime, which a rollout's copy does not keep.
+    assert {q for r, q in by_name if r == "toy"} == {"add", "clamp"}
+    stats = result.stats
+    assert stats["dropped.raise-body-passes"] == 1 and stats["dropped.empty-body-passes"] == 1
+    assert stats["dropped.original-fails"] == 1
+    assert stats["tests-failed"] == 1  # the skipped test
+    assert {q for r, q in by_name if r == "stdlib"} >= {"rgb_to_yiq", "yiq_to_rgb", "rgb_to_hsv", "hsv_to_rgb"}
+    assert stats["tasks"] == len(tasks) and stats["candidates"] == len(tasks) + 3
+    assert snapshot_stats(load_table(catalog, ("rl", "tasks")).current_snapshot()) == stats
+    add = by_name[("toy", "add")]
+    assert set(add.tests) == {
+        "toy/tests/test_core.py::test_add",
+        "toy/tests/test_core.py::test_add_strings",
+    }
+    assert add.single_return and add.runner == "pytest" and add.prompt.endswith('"""Add two numbers."""\n')
+    colorsys = by_name[("stdlib", "rgb_to_hsv")]
+    assert colorsys.runner == "unittest" and colorsys.path.endswith("/colorsys.py")
+    assert all(t.split in ("train", "heldout") and t.kind == "function-body" for t in tasks)
+    assert all((t.original_reward, t.raise_reward) == (1.0, 0.0) and t.empty_reward < 1 for t in tasks)
+    # Lineage: each task's file is a document of the raw snapshot it names, with the same text.
+    raw = load_table(catalog, ("raw", "rl_repositories"))
+    for task in (add, colorsys):
+        (document,) = raw.scan(snapshot_id=task.snapshot_id).filter(f"doc_id == '{task.doc_id}'").to_arrow().to_pylist()
+        assert document["path"] == task.path
+        assert hashlib.sha256(document["text"].encode()).hexdigest() == task.source_sha256
+    # The tasks score as validated: the original 1, a raising body 0.
+    results = score([add, colorsys, add], [add.original_body, colorsys.original_body, "    raise ValueError\n"])
+    assert [r.reward for r in results] == [1.0, 1.0, 0.0]
+
+
+def test_the_same_trees_give_the_same_tasks_whatever_the_parallelism(spark, catalog, toy):
+    one = build(spark, catalog, _toy_options(toy, output="rl.tasks_one", parallelism=1, run_id="one"))
+    three = build(spark, catalog, _toy_options(toy, output="rl.tasks_three", parallelism=3))
+    rows = [
+        sorted(load_table(catalog, ("rl", name)).scan().to_arrow().to_pylist(), key=lambda r: r["task_id"])
+        for name in ("tasks_one", "tasks_three")
+    ]
+    assert rows[0] == rows[1] and len(rows[0]) == 2
+    assert one.stats["tasks"] == three.stats["tasks"] == 2
+    printed = format_result(one)
+    assert "rl.tasks_one@" in printed and ": 2 tasks" in printed and "dropped.original-fails=1" in printed
+    again = build(spark, catalog, _toy_options(toy, output="rl.tasks_one", parallelism=1, run_id="one"))
+    assert again.already_committed and again.tasks.snapshot_id == one.tasks.snapshot_id
+
+
+def test_the_command_refuses_bad_options_before_starting_spark(factory_home, toy):
+    done = run_factory("rl", "build", "--repository", "no-such-package", "--path", str(toy))
+    assert done.returncode == 2
+    assert "no repository named no-such-package" in done.stderr
+    done = run_factory("rl", "build", "--path", str(toy), "--max-functions", "0")
+    assert done.returncode == 2 and "--max-functions must be at least 1" in done.stderr
+    done = run_factory("rl", "build", "--path", str(toy.parent))
+    assert done.returncode == 2 and "is not a package folder with tests" in done.stderr
