@@ -41,9 +41,11 @@ def group_advantages(rewards: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Log-probability of each next token: ``logits [B, T, V]`` at position t scores ``tokens[:, t + 1]``.
 
-    Returns ``[B, T - 1]``, in float32. Logits are divided by the sampling temperature, so the
-    probabilities are those the completions were drawn from (without top-p's truncation)."""
-    scaled = logits[:, :-1].float() / (temperature if temperature > 0 else 1.0)
+    Returns ``[B, T - 1]``, in float32 at least (bf16 logits are too coarse for ratios). Logits are
+    divided by the sampling temperature, so the probabilities are those the completions were drawn
+    from (without top-p's truncation)."""
+    precise = logits[:, :-1].to(torch.promote_types(logits.dtype, torch.float32))
+    scaled = precise / (temperature if temperature > 0 else 1.0)
     return torch.log_softmax(scaled, dim=-1).gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)
 
 
@@ -70,6 +72,10 @@ def grpo_loss(
     scored; ``mask`` 1 on completion tokens. ``advantages``: ``[B]``. Summed, not averaged, over
     rows: the caller divides by the number of completions in the whole global batch, so the
     gradient does not depend on how rows were split over ranks and micro-batches."""
+    scored = mask > 0
+    # Unscored positions are set to 0 first, not multiplied by the mask afterwards: their exp()
+    # may overflow, and inf · 0 would make the loss (and every gradient) NaN.
+    logprobs, old_logprobs = logprobs.where(scored, 0.0), old_logprobs.where(scored, 0.0)
     mask = mask.to(logprobs.dtype)
     ratio = torch.exp(logprobs - old_logprobs)
     advantage = advantages.unsqueeze(-1)
@@ -77,7 +83,7 @@ def grpo_loss(
     clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * advantage
     per_token = -torch.minimum(unclipped, clipped)
     if ref_logprobs is not None:
-        log_ref_ratio = ref_logprobs - logprobs
+        log_ref_ratio = ref_logprobs.where(scored, 0.0) - logprobs
         kl = torch.exp(log_ref_ratio) - log_ref_ratio - 1
     else:
         kl = torch.zeros_like(per_token)
@@ -85,5 +91,5 @@ def grpo_loss(
     lengths = mask.sum(dim=-1).clamp(min=1)
     loss = ((per_token * mask).sum(dim=-1) / lengths).sum()
     kl_sum = ((kl * mask).sum(dim=-1) / lengths).sum().detach()
-    was_clipped = ((clipped < unclipped) & (mask > 0)).sum().detach()
+    was_clipped = ((clipped < unclipped) & scored).sum().detach()
     return LossParts(loss, kl_sum, was_clipped, mask.sum().detach())
