@@ -1,11 +1,10 @@
 """Generated task families: short functions whose answer is one expression, rewarded by running tests.
 
-``arithmetic``: a function of one argument whose docstring says what it returns, the prompt ending
-at ``return``::
+``arithmetic``: a function of one argument, a comment saying what it returns, the prompt ending
+where its expression starts::
 
-    def g(n):
-        \"\"\"Return n times 7.\"\"\"
-        return
+    # Return n times 7.
+    g = lambda n:
 
 The completion is the rest of that line (the family's stop string is the newline). The program
 ``prompt + completion`` and a check run in the sandbox (``evals/sandbox.py``, one program per
@@ -13,7 +12,9 @@ distinct completion); the reward is the share of 6 tests that pass: the function
 returns an ``int``, and ``g`` returns the right ``int`` at 4 inputs. So ``None`` earns 1/6 here,
 ``7`` 1/2 (it compiles, returns an int, the right one at 0), ``n * 7`` earns 1. The first tests are
 what a barely trained model can pass by chance, and give GRPO something to compare from the
-first step. A completion that does not compile scores 0 without being run: in the sandbox its
+first step. A lambda rather than a ``def … return``: an empty completion (``return`` alone) would
+compile and earn a reward, and a policy collapses onto ending at once (measured: held-out reward
+stuck at 1/6 within 25 steps). A completion that does not compile scores 0 without being run: in the sandbox its
 program could only end in a SyntaxError. The ops (the argument itself, a constant, plus, minus and times a digit) over
 6 argument names and 4 function names make 888 tasks; a task is held out by a hash of its id, so
 the split is the same in every run.
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -44,6 +46,7 @@ STOP = ("\n",)
 class ArithmeticTask:
     id: str
     prompt: str
+    function: str  # the name the check calls
     expected: tuple[int, ...]  # the right value at each of INPUTS
 
 
@@ -64,9 +67,9 @@ def arithmetic_tasks() -> list[ArithmeticTask]:
     for name, doc, value in _ops():
         for function in FUNCTIONS:
             for argument in ARGUMENTS:
-                prompt = f'def {function}({argument}):\n    """{doc.format(a=argument)}"""\n    return'
+                prompt = f"# {doc.format(a=argument)}\n{function} = lambda {argument}:"
                 expected = tuple(value(v) for v in INPUTS)
-                tasks.append(ArithmeticTask(f"arithmetic/{name}/{function}/{argument}", prompt, expected))
+                tasks.append(ArithmeticTask(f"arithmetic/{name}/{function}/{argument}", prompt, function, expected))
     return tasks
 
 
@@ -80,7 +83,6 @@ def program(task: ArithmeticTask, completion: str, sentinel: str) -> str:
     """The program a completion is judged by: it prints ``sentinel passed total`` last.
 
     Reaching the check at all is the first test passed: the function compiled and was defined."""
-    function = task.prompt.split("(", 1)[0].removeprefix("def ")
     cases = list(zip(INPUTS, task.expected, strict=True))
     return f"""{task.prompt}{completion}
 
@@ -88,12 +90,12 @@ def program(task: ArithmeticTask, completion: str, sentinel: str) -> str:
 def __check():
     passed = 1
     try:
-        passed += type({function}({TYPE_PROBE})) is int
+        passed += type({task.function}({TYPE_PROBE})) is int
     except BaseException:
         pass
     for argument, expected in {cases!r}:
         try:
-            got = {function}(argument)
+            got = {task.function}(argument)
             passed += type(got) is int and got == expected
         except BaseException:
             pass
@@ -119,7 +121,9 @@ def score(output: str, ok: bool, sentinel: str) -> float:
 def compiles(source: str) -> bool:
     """Whether ``source`` is valid Python: compiled, never run (``compile`` executes nothing)."""
     try:
-        compile(source, "<completion>", "exec", dont_inherit=True)
+        with warnings.catch_warnings():  # "invalid decimal literal" and the like: the run would say so
+            warnings.simplefilter("ignore")
+            compile(source, "<completion>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError):  # ValueError: a null byte
         return False
     return True
