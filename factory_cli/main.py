@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mix": ("factory_cli.mix", "pin a mixture spec to snapshot ids and data files"),
     "train": ("factory_cli.train", "train a model on a pinned manifest through torchrun"),
     "eval": ("factory_cli.eval", "run eval suites (heldout, humaneval) on a checkpoint into evals.results"),
+    "rl": ("factory_cli.rl", "reinforcement learning from code execution: train a policy with GRPO"),
     "sweep": ("factory_cli.sweep", "search training config keys and mixture weights, trials on Ray Tune"),
     "ablate": ("factory_cli.ablate", "run a base and one-change variants over seeds; differences against seed noise"),
     "lineage": ("factory_cli.lineage", "show which data, pipeline runs and raw inputs made a checkpoint"),

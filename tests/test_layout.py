@@ -18,6 +18,7 @@ FLOORS = [
     ["pipelines", "streaming_loader"],
     ["trainer"],
     ["evals", "experiments", "ui"],
+    ["rl"],
     ["orchestration"],
     ["factory_cli"],
 ]
