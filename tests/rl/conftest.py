@@ -54,7 +54,7 @@ workers = 1
 [rollout]
 group_size = 4
 tasks_per_step = 4
-max_new_tokens = 4
+max_new_tokens = 2
 
 [grpo]
 updates_per_batch = 2

@@ -25,7 +25,9 @@ def test_a_run_logs_evaluates_and_checkpoints_with_lineage(rl_setup, two_rank_rl
     assert sorted(train) == list(range(1, STEPS + 1))
     for record in train.values():
         assert 0 <= record["reward"] <= 1 and record["kl"] >= 0 and 0 <= record["clip_frac"] <= 1
-        assert record["completion_tokens"] > 0 and record["grad_norm"] > 0
+        assert 0 < record["completion_tokens"] <= 2 and 0 <= record["flat_groups"] <= 1
+    # Some group's samples scored differently, and the policy moved: the run had something to learn from.
+    assert any(r["flat_groups"] < 1 and r["grad_norm"] > 0 for r in train.values())
     evals = records(two_rank_rl, "eval")
     assert sorted(evals) == [0, 2, 4]  # before the first step, every 2, and the last
     assert all(e["tasks"] == 6 and len(e["rewards"]) == 6 for e in evals.values())
