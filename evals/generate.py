@@ -68,7 +68,19 @@ class _Settings:
     device: torch.device
 
 
-@torch.no_grad()
+@dataclass(frozen=True)
+class Sampled:
+    """One completion: its text, and the tokens drawn for it (what a policy gradient scores)."""
+
+    text: str  # cut before the first stop string; without the end-of-document token
+    tokens: list[int]  # every token drawn, the one holding the stop string and end-of-document included
+
+
+def prompt_tokens(encoder, prompt: str, eod_id: int) -> list[int]:
+    """The token ids a prompt is generated from (an empty prompt: the end-of-document token)."""
+    return encoder.encode(prompt, add_special_tokens=False).ids or [eod_id]
+
+
 def generate(
     model: Transformer,
     tokenizer: TokenizerSpec,
@@ -88,17 +100,49 @@ def generate(
 
     Greedy at ``temperature <= 0``. ``seeds``: one per prompt, or one for all. ``batch_rows``:
     rows (samples) per forward, at least one prompt's."""
+    sampled = generate_tokens(
+        model,
+        tokenizer,
+        prompts,
+        samples=samples,
+        max_new_tokens=max_new_tokens,
+        device=device,
+        temperature=temperature,
+        top_p=top_p,
+        seeds=seeds,
+        stop=stop,
+        batch_rows=batch_rows,
+    )
+    return [[completion.text for completion in row] for row in sampled]
+
+
+@torch.no_grad()
+def generate_tokens(
+    model: Transformer,
+    tokenizer: TokenizerSpec,
+    prompts: Sequence[str],
+    *,
+    samples: int,
+    max_new_tokens: int,
+    device: torch.device,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seeds: int | Sequence[int] = 0,
+    stop: Sequence[str] = (),
+    batch_rows: int = 16,
+) -> list[list[Sampled]]:
+    """``generate``, each completion with the tokens drawn for it (``Sampled``)."""
     if samples < 1 or not 0 < top_p <= 1:
         raise ValueError(f"samples must be >= 1 and top_p in (0, 1], got {samples} and {top_p}")
     seeds = [seeds] * len(prompts) if isinstance(seeds, int) else list(seeds)
     if len(seeds) != len(prompts):
         raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
     encoder = tokenizer.load()
-    prompt_ids = [encoder.encode(p, add_special_tokens=False).ids or [tokenizer.eod_id] for p in prompts]
+    prompt_ids = [prompt_tokens(encoder, p, tokenizer.eod_id) for p in prompts]
     settings = _Settings(max_new_tokens, temperature, top_p, tuple(stop), device)
     order = sorted(range(len(prompts)), key=lambda i: len(prompt_ids[i]))
     per_batch = max(1, batch_rows // samples)
-    texts: list[list[str]] = [[] for _ in prompts]
+    completions: list[list[Sampled]] = [[] for _ in prompts]
     for first in range(0, len(order), per_batch):
         batch = order[first : first + per_batch]
         group = [
@@ -107,8 +151,11 @@ def generate(
         ]
         _generate_batch(model, group, settings, encoder, tokenizer.eod_id)
         for i, prompt in zip(batch, group, strict=True):
-            texts[i] = [_cut_text(encoder.decode(row.generated), stop) for row in prompt.rows]
-    return texts
+            completions[i] = [
+                Sampled(_cut_text(encoder.decode(row.generated), stop), row.context[len(prompt_ids[i]) :])
+                for row in prompt.rows
+            ]
+    return completions
 
 
 def _generate_batch(model: Transformer, prompts: list[_Prompt], settings: _Settings, encoder, eod_id: int) -> None:

@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("factory_cli.export", "write a checkpoint as a Hugging Face model folder (transformers, vLLM, SGLang)"),
     "sweep": ("factory_cli.sweep", "search training config keys and mixture weights, trials on Ray Tune"),
     "ablate": ("factory_cli.ablate", "run a base and one-change variants over seeds; differences against seed noise"),
-    "rl": ("factory_cli.rl", "reinforcement learning from code execution: `rl build` makes the environment"),
+    "rl": ("factory_cli.rl", "learning from code execution: `rl build` the environment, `rl train` a policy"),
     "lineage": ("factory_cli.lineage", "show which data, pipeline runs and raw inputs made a checkpoint"),
     "decisions": ("factory_cli.decisions", "list what the factory decided by itself (gates, mixtures, ablations), why"),
     "ui": (
@@ -56,7 +56,7 @@ SPARK_COMMANDS: dict[str, str | None] = {
     "demo": None,
 }
 
-# Command groups of which only some subcommands run Spark (`factory rl train` will not).
+# Command groups of which only some subcommands run Spark (`factory rl train` does not).
 SPARK_SUBCOMMANDS: dict[str, set[str]] = {"rl": {"build"}}
 
 EPILOG = """\

@@ -17,6 +17,7 @@ import pytest
 from experiments import ablation, mixture_search, sweep_spec
 from mixtures import spec as mixture_spec
 from quality import config as filter_config
+from rl import train_config as rl_config
 from tests.conftest import REPO
 from trainer import config as train_config
 
@@ -106,16 +107,16 @@ def test_filter_config_keys_are_documented():
     assert any(n.startswith("languages.") and n.endswith(f".{filter_config._SKIP}") for n in names)
 
 
-def test_training_config_keys_are_documented():
-    names = documented(section("training.md", "## The config"))
-    keys = {
-        f"{section_name}.{field.name}"
-        for section_name, cls in train_config._SECTION_TYPES.items()
-        for field in dataclasses.fields(cls)
-    }
-    assert not undocumented(keys, names), f"docs/training.md#the-config lacks {undocumented(keys, names)}"
-    invented = {n for n in names if n.split(".")[0] in train_config._SECTION_TYPES} - keys
-    assert not invented, f"docs/training.md documents keys the config does not take: {sorted(invented)}"
+@pytest.mark.parametrize(
+    "page, section_types",
+    [("training.md", train_config._SECTION_TYPES), ("rl-training.md", rl_config.SECTION_TYPES)],
+)
+def test_training_config_keys_are_documented(page, section_types):
+    names = documented(section(page, "## The config"))
+    keys = {f"{name}.{field.name}" for name, cls in section_types.items() for field in dataclasses.fields(cls)}
+    assert not undocumented(keys, names), f"docs/{page}#the-config lacks {undocumented(keys, names)}"
+    invented = {n for n in names if n.split(".")[0] in section_types} - keys
+    assert not invented, f"docs/{page} documents keys the config does not take: {sorted(invented)}"
 
 
 def test_factory_definition_keys_are_documented():
@@ -155,6 +156,7 @@ def test_factory_definition_keys_are_documented():
         (["mix", "pin"], "loader.md#the-mixture-spec-key-by-key"),
         (["filter"], "jobs.md#the-filter-config-key-by-key"),
         (["train"], "training.md#the-config"),
+        (["rl", "train"], "rl-training.md#the-config"),
         (["run"], "factory.md#the-definition-key-by-key"),
         (["rl", "build"], "rl.md#factory-rl-build"),
     ],

@@ -225,6 +225,20 @@ def parse_override(text: str) -> tuple[str, str, Any]:
 
 def load_config(path: str | Path | None, overrides: list[str] = (), raw: dict | None = None) -> Config:
     """A validated config from a TOML file (or ``raw`` dict) and ``--set`` overrides."""
+    sections = load_sections(path, overrides, raw, _SECTION_TYPES)
+    _check("data" in sections, "the config needs a [data] section with manifest and tokenizer")
+    return Config(**sections)
+
+
+def load_sections(
+    path: str | Path | None,
+    overrides: list[str],
+    raw: dict | None,
+    types: dict[str, type],
+    defaults: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Each section of a TOML file (or ``raw`` dict), with ``--set`` overrides, as its dataclass in
+    ``types``; unknown sections and keys refused. ``defaults``: values a section takes unless set."""
     if raw is None:
         try:
             raw = tomllib.loads(Path(path).read_text())
@@ -238,10 +252,9 @@ def load_config(path: str | Path | None, overrides: list[str] = (), raw: dict | 
         raw.setdefault(section, {})[name] = value
     sections = {}
     for section, values in raw.items():
-        cls = _SECTION_TYPES.get(section)
-        _check(cls is not None, f"unknown config section [{section}]; known: {', '.join(_SECTION_TYPES)}")
+        cls = types.get(section)
+        _check(cls is not None, f"unknown config section [{section}]; known: {', '.join(types)}")
         known = {f.name for f in dataclasses.fields(cls)}
         refuse_unknown_keys(values, known, f"[{section}]")
-        sections[section] = cls(**values)
-    _check("data" in sections, "the config needs a [data] section with manifest and tokenizer")
-    return Config(**sections)
+        sections[section] = cls(**{**(defaults or {}).get(section, {}), **values})
+    return sections

@@ -18,18 +18,20 @@ def command(
     overrides: Sequence[str] = (),
     resume: bool = False,
     nodes: tuple[int, str, str] | None = None,
+    module: str = "trainer.train",
 ) -> list[str]:
     """The command that trains ``config`` on ``nproc`` ranks per machine: what ``factory train`` runs,
     and each trial of ``factory sweep``. One machine: ``--standalone``, a private rendezvous on a free
     port, so runs never collide. Several (``nodes`` = count, rendezvous endpoint, rendezvous id):
-    each machine runs this command and joins the c10d rendezvous, which also ranks the nodes."""
+    each machine runs this command and joins the c10d rendezvous, which also ranks the nodes.
+    ``module``: the program each rank runs (``rl.learner`` for ``factory rl train``)."""
     argv = [sys.executable, "-m", "trainer.launch", "--nproc-per-node", str(nproc)]
     if nodes is None:
         argv.append("--standalone")
     else:
         count, endpoint, rdzv_id = nodes
         argv += ["--nnodes", str(count), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id]
-    argv += ["-m", "trainer.train", "--config", str(config)]
+    argv += ["-m", module, "--config", str(config)]
     for override in overrides:
         argv += ["--set", override]
     if resume:

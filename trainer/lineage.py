@@ -84,6 +84,13 @@ def format_lineage(lineage: dict[str, Any]) -> str:
         lines.append(
             f"mlflow run {tracked['run_id']}  experiment {tracked['experiment']}  at {tracked['tracking_uri']}"
         )
+    rl = lineage.get("rl")
+    if rl:  # an RL checkpoint (rl/learner.py): the data below is its starting checkpoint's
+        start, tasks = rl["start"], rl["tasks"]
+        lines.append(
+            f"reinforcement learning from checkpoint {start['checkpoint']} (step {start['step']}), "
+            f"tasks {tasks.get('source')}: {tasks.get('tasks')} trained on, {tasks.get('heldout')} held out"
+        )
     lines.append("data:")
     for component in lineage.get("components", []):
         lines.append(

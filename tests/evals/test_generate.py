@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from evals.generate import _nucleus, complete_by_recomputing, generate
+from evals.generate import _nucleus, complete_by_recomputing, generate, generate_tokens
 from trainer.config import ModelConfig
 from trainer.model import Transformer
 
@@ -78,6 +78,22 @@ def test_end_of_document_and_stop_strings_end_rows_as_in_the_reference():
     lengths = [len(c) for (c,) in ours]
     assert lengths[0] == 8 and 30 in lengths and len(set(lengths)) > 2  # rows ended at different steps
     assert all(s not in c for (c,) in ours for s in stop)
+
+
+def test_the_tokens_of_a_completion_are_every_token_drawn_for_it():
+    model, prompts = _model(), _prompts()
+    unstopped = generate(model, _tokenizer(), prompts, samples=1, max_new_tokens=30, device=CPU)
+    # As above: prompt 0 ends at the end-of-document token at step 8, prompt 2 at the stop string.
+    eod_id, stop = CHARS.index(unstopped[0][0][8]), (unstopped[2][0][12:14],)
+    tokenizer, settings = _tokenizer(eod_id), {"samples": 1, "max_new_tokens": 30, "stop": stop}
+    sampled = [row[0] for row in generate_tokens(model, tokenizer, prompts, device=CPU, **settings)]
+    assert [[c.text] for c in sampled] == generate(model, tokenizer, prompts, device=CPU, **settings)
+    decode = tokenizer.load().decode
+    assert sampled[0].tokens[-1] == eod_id and len(sampled[0].tokens) == 9  # drawn, though not in the text
+    assert decode(sampled[0].tokens[:-1]) == sampled[0].text
+    assert decode(sampled[2].tokens) == sampled[2].text + stop[0]  # the stop string's tokens too
+    assert all(decode(c.tokens).startswith(c.text) and len(c.tokens) <= 30 for c in sampled)
+    assert any(len(c.tokens) == 30 and decode(c.tokens) == c.text for c in sampled)  # ran to the limit
 
 
 def test_sampled_output_is_seeded_and_the_references():

@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from factory_cli.rl import format_result
+from factory_cli.rl_build import format_result
 from lakehouse.catalog import load_table
 from lakehouse.commit import snapshot_stats
 from rl.build import BuildOptions, build

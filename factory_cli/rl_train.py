@@ -1,0 +1,40 @@
+"""``factory rl train --config FILE``: the GRPO learner (``rl/learner.py``) on this machine's ranks, through torchrun."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+
+from lakehouse.errors import ConfigError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Train a policy with GRPO from a pre-trained checkpoint: sample completions of the tasks, reward them by "
+        "running their tests in the sandbox, update the policy (FSDP2 under torchrun, as factory train), evaluate "
+        "on held-out tasks and checkpoint as configured."
+    )
+    parser.epilog = "The config's keys: docs/rl-training.md#the-config"
+    parser.add_argument("--config", required=True, metavar="FILE", help="RL training config (TOML)")
+    parser.add_argument("--nproc", type=int, default=1, help="processes (ranks) on this machine (default: 1)")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from rl.train_config import load_rl_config
+    from trainer.launch import command
+
+    if args.nproc < 1:
+        raise ConfigError("--nproc must be at least 1")
+    cfg = load_rl_config(args.config, args.set)  # fail here, before starting any rank
+    cfg.check_world(args.nproc)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc))),
+    }
+    argv = command(args.config, args.nproc, args.set, args.resume, module="rl.learner")
+    return subprocess.run(argv, env=env).returncode

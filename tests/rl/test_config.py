@@ -1,0 +1,54 @@
+"""The RL config: defaults, overrides, and settings refused before any rank starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from lakehouse.errors import ConfigError
+from rl.train_config import load_rl_config
+from tests.conftest import run_factory
+
+START = {"start": {"checkpoint": "runs/x/checkpoints/step-1"}}
+
+
+def test_defaults_and_overrides():
+    cfg = load_rl_config(None, ["rollout.group_size=4", "grpo.shuffle_rewards=true", "optim.lr=0.01"], raw=START)
+    assert cfg.rollout.group_size == 4 and cfg.grpo.shuffle_rewards and cfg.optim.lr == 0.01
+    # The trainer's sections with the RL defaults: no weight decay (the KL holds the policy), no warm-up.
+    assert cfg.optim.weight_decay == 0.0 and cfg.optim.warmup_steps == 0 and cfg.checkpoint.every == 50
+    assert load_rl_config(None, raw={**START, "optim": {"weight_decay": 0.1}}).optim.weight_decay == 0.1
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({}, r"\[start\] section"),
+        ({**START, "grpo": {"kl_bta": 0.1}}, r"\[grpo\]: unknown key\(s\) kl_bta; allowed: clip_eps"),
+        ({**START, "sampling": {}}, r"unknown config section \[sampling\]"),
+        ({**START, "rollout": {"group_size": 1}}, "group_size must be >= 2"),
+        ({**START, "rollout": {"temperature": 0}}, "temperature must be > 0"),
+        ({**START, "tasks": {"source": "rl.tasks"}}, "tasks.source must be one of arithmetic"),
+    ],
+)
+def test_bad_settings_are_refused_with_what_to_do(raw, message):
+    with pytest.raises(ConfigError, match=message):
+        load_rl_config(None, raw=raw)
+
+
+def test_a_split_that_would_leave_ranks_unequal_is_refused():
+    cfg = load_rl_config(
+        None, ["rollout.tasks_per_step=6", "rollout.group_size=4", "train.micro_batch_size=5"], raw=START
+    )
+    with pytest.raises(ConfigError, match="tasks_per_step 6 must divide by the number of ranks 4"):
+        cfg.check_world(4)
+    with pytest.raises(ConfigError, match="each rank's 12 completions must divide by micro_batch_size 5"):
+        cfg.check_world(2)
+
+
+def test_the_command_says_what_is_wrong_and_exits_2(tmp_path):
+    config = tmp_path / "rl.toml"
+    config.write_text('[start]\ncheckpoint = "x"\n[rollout]\ngroup_size = 1\n')
+    proc = run_factory("rl", "train", "--config", str(config), "--nproc", "2")
+    assert proc.returncode == 2 and "group_size must be >= 2" in proc.stderr and "Traceback" not in proc.stderr
+    missing = run_factory("rl", "train", "--config", str(tmp_path / "absent.toml"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
