@@ -18,14 +18,17 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cachetools.keys import hashkey
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse
+from pyiceberg.expressions import EqualTo, In
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from evals.bradley_terry import leaderboard
-from evals.ratings import WINNERS, games, rating_row, read_ratings, record_rating
+from evals.bradley_terry import Standing, leaderboard
+from evals.ratings import RATINGS_TABLE, WINNERS, games, rating_row, read_ratings, record_rating
 from ui import samples
+from ui.cache import memo
 from ui.checkpoints import Labels
 from ui.forms import Csrf, limited, read_form
 from ui.sources import BadRequest, NotFound, Sources
@@ -93,7 +96,8 @@ def register(app: FastAPI, sources: Sources, page: Callable[..., HTMLResponse], 
         shown = {}
         if pair is not None:
             open_pairs.add(pair)
-            shown = samples.texts(table, [pair.a[1], pair.b[1]])
+            where = EqualTo("suite", pair.suite) & In("checkpoint", [pair.a[0], pair.b[0]])
+            shown = samples.texts(table, [pair.a[1], pair.b[1]], where)
         token, fresh = csrf.token(request)
         response = page(
             "rate.html",
@@ -142,13 +146,30 @@ def register(app: FastAPI, sources: Sources, page: Callable[..., HTMLResponse], 
 
     @app.get("/ratings/leaderboard", response_class=HTMLResponse)
     def leaderboard_page(suite: str = ""):
-        everything = read_ratings(sources.catalog)  # one row per vote people gave: small
-        ratings = [r for r in everything if r["suite"] == suite] if suite else everything
+        table = sources.optional_table(RATINGS_TABLE)
+        suites, count, standings = _standings(sources, table.metadata_location if table else None, suite)
         return page(
             "leaderboard.html",
             suite=suite,
-            suites=sorted({r["suite"] for r in everything}),
-            ratings=len(ratings),
-            standings=leaderboard(games(ratings)),
+            suites=suites,
+            ratings=count,
+            standings=standings,
             labels=Labels(sources),
         )
+
+
+# Kept per evals.ratings' metadata file: each vote is a commit of its own (a data file and a
+# manifest), so reading them all costs a file per vote, where the fit itself is cheap. A vote
+# shows on the next request. (A vote landing between the location's lookup and the read keeps the
+# newer state under the older key, never the older one.)
+@memo(32, key=lambda sources, location, suite: hashkey(location, suite))
+def _standings(sources: Sources, location: str | None, suite: str) -> tuple[list[str], int, list[Standing]]:
+    """The suites rated, the number of ratings (of ``suite`` if named) and their Bradley–Terry standings."""
+    everything = _ratings(sources, location)
+    ratings = [r for r in everything if r["suite"] == suite] if suite else everything
+    return sorted({r["suite"] for r in everything}), len(ratings), leaderboard(games(ratings))
+
+
+@memo(4, key=lambda sources, location: hashkey(location))
+def _ratings(sources: Sources, location: str | None) -> list[dict]:
+    return read_ratings(sources.catalog) if location else []  # one row per vote people gave: small

@@ -6,6 +6,12 @@ them out are not opened), lists read only the small columns (``KEY_COLUMNS``), a
 columns (prompt, completion, test, output) are read for the rows a page shows, by ``sample_id``.
 What the filters' choices and the ratings' pairs need (which run, checkpoint and suite, which task
 each checkpoint has samples of) is read once per table snapshot and kept (``_SUMMARIES``).
+
+What a page shows is kept too, per the table's metadata file (ui/cache.py), so that twenty people
+browsing the samples do not each scan the table again: a page of a list, a comparison's page, one
+sample, and each sample's prompt and completion (a blind rating draws a random pair on every
+request, so its page cannot be kept whole; its two samples' texts can). The first request after
+a commit reads afresh.
 """
 
 from __future__ import annotations
@@ -17,9 +23,12 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from cachetools import LRUCache
+from cachetools.keys import hashkey
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression, EqualTo, In, IsNull
 from pyiceberg.table import Table
 
+from ui.cache import memo
 from ui.sources import BadRequest, Sources
 
 SAMPLES_TABLE = ("evals", "samples")
@@ -33,6 +42,7 @@ VERDICTS = {
     "unjudged": IsNull("passed"),
 }
 _SUMMARIES_KEPT = 8
+_TEXTS_KEPT_CHARS = 32 * 2**20  # prompts and completions kept, in characters of text
 
 
 @dataclass(frozen=True)
@@ -127,23 +137,51 @@ def list_samples(table: Table, filters: Filters, page_no: int) -> Page:
     """Page ``page_no`` of the samples matching ``filters``, by run, step, suite, task and index."""
     if page_no < 0:
         raise BadRequest("page_no must be zero or more")
+    return _list_page(table, filters, page_no)
+
+
+@memo(256, key=lambda table, filters, page_no: hashkey(table.metadata_location, filters, page_no))
+def _list_page(table: Table, filters: Filters, page_no: int) -> Page:
     rows = table.scan(row_filter=filters.expression(), selected_fields=LIST_COLUMNS).to_arrow().to_pylist()
     rows.sort(key=lambda r: (r["run_id"], r["step"], r["suite"], task_order(r["task_id"]), r["sample_index"]))
     pages = max(1, -(-len(rows) // PAGE_SIZE))
     return Page(rows[page_no * PAGE_SIZE : (page_no + 1) * PAGE_SIZE], len(rows), page_no, pages)
 
 
+@memo(128, key=lambda table, sample_id: hashkey(table.metadata_location, sample_id))
 def read_sample(table: Table, sample_id: str) -> dict[str, Any] | None:
     rows = table.scan(row_filter=EqualTo("sample_id", sample_id)).to_arrow().to_pylist()
     return rows[0] if rows else None
 
 
-def texts(table: Table, sample_ids: list[str]) -> dict[str, dict[str, Any]]:
-    """sample_id -> its prompt and completion, for the rows a page shows."""
-    if not sample_ids:
-        return {}
-    scan = table.scan(row_filter=In("sample_id", sample_ids), selected_fields=("sample_id", "prompt", "completion"))
-    return {r["sample_id"]: r for r in scan.to_arrow().to_pylist()}
+def _text_chars(row: dict[str, Any]) -> int:
+    return 100 + len(row["prompt"] or "") + len(row["completion"] or "")
+
+
+_texts: LRUCache = LRUCache(_TEXTS_KEPT_CHARS, getsizeof=_text_chars)
+_texts_lock = threading.Lock()
+
+
+def texts(table: Table, sample_ids: list[str], where: BooleanExpression) -> dict[str, dict[str, Any]]:
+    """sample_id -> its prompt and completion, for the rows a page shows; ``where`` (the samples'
+    suite and checkpoints) spares opening the files of other suites and checkpoints.
+    Each sample's texts are kept per the table's metadata file; only those not kept are read."""
+    # Not ui.cache.memo: one scan reads every sample the page lacks, where a memo would read each alone.
+    location = table.metadata_location
+    with _texts_lock:
+        found = {i: _texts[location, i] for i in sample_ids if (location, i) in _texts}
+    missing = [i for i in sample_ids if i not in found]
+    if not missing:
+        return found
+    scan = table.scan(
+        row_filter=where & In("sample_id", missing), selected_fields=("sample_id", "prompt", "completion")
+    )
+    read = {r["sample_id"]: r for r in scan.to_arrow().to_pylist()}
+    with _texts_lock:
+        for sample_id, row in read.items():
+            if _texts.getsizeof(row) <= _texts.maxsize:  # one longer than all that is kept: shown, not kept
+                _texts[location, sample_id] = row
+    return found | read
 
 
 def compare(table: Table, suite: str, a: str, b: str, page_no: int) -> tuple[list[Comparison], int]:
@@ -151,6 +189,11 @@ def compare(table: Table, suite: str, a: str, b: str, page_no: int) -> tuple[lis
     to pass first, then pass to fail, then the rest, each in task order; and the number of pages."""
     if page_no < 0:
         raise BadRequest("page_no must be zero or more")
+    return _compare(table, suite, a, b, page_no)
+
+
+@memo(64, key=lambda table, suite, a, b, page_no: hashkey(table.metadata_location, suite, a, b, page_no))
+def _compare(table: Table, suite: str, a: str, b: str, page_no: int) -> tuple[list[Comparison], int]:
     where = EqualTo("suite", suite) & In("checkpoint", [a, b])
     rows = table.scan(row_filter=where, selected_fields=KEY_COLUMNS).to_arrow().to_pylist()
     by_task: dict[str, dict[str, list[dict]]] = {}
@@ -164,7 +207,7 @@ def compare(table: Table, suite: str, a: str, b: str, page_no: int) -> tuple[lis
     found.sort(key=lambda c: (rank.get(c.change, 2), task_order(c.task_id)))
     pages = max(1, -(-len(found) // COMPARE_PAGE_SIZE))
     shown = found[page_no * COMPARE_PAGE_SIZE : (page_no + 1) * COMPARE_PAGE_SIZE]
-    read = texts(table, [s["sample_id"] for c in shown for s in (c.a, c.b) if s])
+    read = texts(table, [s["sample_id"] for c in shown for s in (c.a, c.b) if s], where)
     for c in shown:
         for side in (c.a, c.b):
             if side:

@@ -3,21 +3,39 @@ served by `factory ui` in a process of its own, as a user starts it.
 
 Each page type (home, a table, a pinned snapshot and its lineage graph, a snapshot at ``main``,
 a page of documents, a document, a search, clusters, a cluster, quarantine, a quarantined
-document, a manifest, a run, a checkpoint, eval results, sweeps, decisions, a decision) has the
-URLs the home holds for it (every table, snapshot, checkpoint, several pages and documents); the
-requests take the types in turn, and each type its URLs in turn. ``--clients`` threads, each
-with its own keep-alive connection, take the next request as soon as their last one answered.
-Reported per page type: p50, p95 and max latency; the wall time; the server's RSS at start,
-after 200 requests and after all of them.
+document, a manifest, a run, a checkpoint, eval results, sweeps, decisions, a decision; and the
+inspection pages: eval samples filtered by run, checkpoint, suite, task and pass/fail, a single
+sample, two checkpoints compared, a blind rating's pair, the leaderboard, the playground's form)
+has the URLs the home holds for it (every table, snapshot, checkpoint, several pages, documents
+and samples); the requests take the types in turn, and each type its URLs in turn.
+``--clients`` threads, each with its own keep-alive connection, take the next request as soon as
+their last one answered. Reported per page type: p50, p95 and max latency; the wall time; the
+server's RSS at start, after 200 requests and after all of them.
+
+The playground is asked for its form only (``GET``), never to generate: a generation is bounded by
+the UI's worker pool (``ui/generation.py``: it queues or refuses past it), not rendered per request,
+and would time the model, not the server. A blind rating's page is a ``GET`` too (it draws a pair);
+no vote is posted, so the home is left as it was.
 
 With ``--baseline DIR`` a second server runs the code checked out in DIR (e.g. the commit before
 the change: ``git worktree add /tmp/ui-base main``) over the same home, and the two take the same
-requests in chunks of 200, alternately (ABBA), so that the machine's drift falls on both.
+requests in chunks of 200, alternately (ABBA), so that the machine's drift falls on both. A page
+type the baseline does not serve (every request of it answered 404: the code predates it) is
+reported for ours only, its column "— (404)", and does not count as the baseline's errors.
 
     PYTHONPATH=. python benchmarks/ui/load.py --home DIR [--baseline DIR] [--requests 2000] [--clients 20]
 
 DIR is a factory home as `factory demo` leaves it (``cp -a`` one: the UI only reads, but keep
-the original apart).
+the original apart). The inspection pages need eval samples at two or more checkpoints and some
+ratings; without them only their empty forms are asked for. Prepared from the demo's home
+(about 4 minutes of CPU):
+
+    cp -a /tmp/demo-final /tmp/ui-load-home
+    export FACTORY_HOME=/tmp/ui-load-home
+    for c in $FACTORY_HOME/factories/demo/runs/demo/*/checkpoints/step-*; do
+        factory eval $c --suite humaneval humaneval_bpb --samples 2 --temperature 0.8 --max-new-tokens 64 -q
+    done
+    PYTHONPATH=. python benchmarks/ui/rate.py --home $FACTORY_HOME --ratings 60
 """
 
 from __future__ import annotations
@@ -43,6 +61,7 @@ CHUNK = 200  # requests per turn; RSS is also read after the first chunk
 PAGES_PER_TABLE = (0, 1, 5, 20, 40, 60)
 DOCUMENTS_PER_TABLE = 3
 SEARCHES = ("import", "license", "the ", "zzz-nothing")
+SAMPLES = 8  # single samples asked for, spread over evals.samples
 
 
 def main() -> int:
@@ -84,10 +103,11 @@ def main() -> int:
     finally:
         for server in servers.values():
             server.stop()
-    report(results, list(pages))
+    summaries = {name: load.summary(list(pages)) for name, load in results.items()}
+    report(summaries, list(pages))
     if args.out:
-        args.out.write_text(json.dumps({n: r.summary(list(pages)) for n, r in results.items()}, indent=2))
-    return 0 if not any(r.errors for r in results.values()) else 1
+        args.out.write_text(json.dumps(summaries, indent=2))
+    return 0 if not any(s["errors"] for s in summaries.values()) else 1
 
 
 def discover(home: Path) -> dict[str, list[str]]:
@@ -143,7 +163,52 @@ def discover(home: Path) -> dict[str, list[str]]:
         pages["checkpoint"] += [f"/runs/{quote(run.key)}/checkpoints/{d.name[5:]}" for d in checkpoint_dirs(run)]
     pages["sweeps"] += ["/sweeps", "/sweeps?sort=final_loss"]
     pages["decisions"] += ["/decisions", "/decisions?kind=refinement-gate"]
+    _inspection_pages(catalog, sources, pages)
     return {kind: urls for kind, urls in pages.items() if urls}
+
+
+def _inspection_pages(catalog, sources, pages: dict[str, list[str]]) -> None:
+    """The eval samples' pages (filtered lists, a sample, two checkpoints compared), blind ratings,
+    the leaderboard and the playground's form, from ``evals.samples`` and the run folders."""
+    from ui.checkpoints import all_checkpoints
+
+    checkpoints = [c.key for c in all_checkpoints(sources)]
+    pages["playground"].append("/playground")
+    if checkpoints:
+        ckpts = "&".join(f"ckpt={_q(c)}" for c in checkpoints[:2])
+        pages["playground"].append(f"/playground?prompt={quote('def add(a, b):')}&{ckpts}")
+    if not catalog.table_exists(("evals", "samples")):
+        return
+    table = catalog.load_table(("evals", "samples"))
+    if table.current_snapshot() is None:
+        return
+    columns = ("sample_id", "run_id", "checkpoint", "step", "suite", "task_id", "passed")
+    rows = sorted(table.scan(selected_fields=columns).to_arrow().to_pylist(), key=lambda r: r["sample_id"])
+    suites = sorted({r["suite"] for r in rows})
+    at = {s: sorted({(r["step"], r["checkpoint"]) for r in rows if r["suite"] == s}) for s in suites}
+    listed = ["/samples", "/samples?page_no=1", f"/samples?run={_q(rows[0]['run_id'])}"]
+    listed += [f"/samples?checkpoint={_q(c)}" for _, c in at[suites[0]]]
+    for suite in suites:
+        tasks = sorted({r["task_id"] for r in rows if r["suite"] == suite})
+        listed += [f"/samples?suite={_q(suite)}", f"/samples?suite={_q(suite)}&task={_q(tasks[len(tasks) // 2])}"]
+        listed += [f"/samples?suite={_q(suite)}&verdict={v}" for v in ("pass", "fail")]
+        pages["blind rating"].append(f"/ratings?suite={_q(suite)}")
+        pages["leaderboard"].append(f"/ratings/leaderboard?suite={_q(suite)}")
+        pages["compare"].append(f"/samples/compare?suite={_q(suite)}")
+        if len(at[suite]) >= 2:
+            (_, a), (_, b) = at[suite][0], at[suite][-1]
+            both = f"/samples/compare?suite={_q(suite)}&a={_q(a)}&b={_q(b)}"
+            pages["compare"] += [both, f"{both}&page_no=1", f"/samples/compare?suite={_q(suite)}&a={_q(b)}&b={_q(a)}"]
+    pages["samples"] += listed
+    step = max(1, len(rows) // SAMPLES)
+    pages["sample"] += [f"/samples/{_q(rows[i]['sample_id'])}" for i in range(0, len(rows), step)]
+    pages["blind rating"].append("/ratings")
+    pages["leaderboard"].append("/ratings/leaderboard")
+
+
+def _q(value: object) -> str:
+    """A query value or path segment, every reserved character escaped (checkpoints are paths)."""
+    return quote(str(value), safe="")
 
 
 PAGE_TYPES = (
@@ -165,6 +230,12 @@ PAGE_TYPES = (
     "sweeps",
     "decisions",
     "decision",
+    "samples",
+    "sample",
+    "compare",
+    "blind rating",
+    "leaderboard",
+    "playground",
 )
 
 
@@ -182,7 +253,13 @@ class Load:
     rss_end: float = 0.0
     wall_s: float = 0.0
     times: dict[str, list[float]] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
+    answers: dict[str, list[int]] = field(default_factory=dict)  # HTTP status per request, by page type
+    errors: list[tuple[str, str]] = field(default_factory=list)  # (page type, "status URL")
+
+    def absent(self) -> list[str]:
+        """Page types this checkout does not serve: every request of the type answered 404 (a
+        baseline from before the type existed). They are left out of its figures and errors."""
+        return sorted(kind for kind, codes in self.answers.items() if set(codes) == {404})
 
     def run(self, base_url: str, requests: list[tuple[str, str]], clients: int) -> None:
         import httpx
@@ -203,8 +280,9 @@ class Load:
                     took = time.perf_counter() - began
                     with lock:
                         self.times.setdefault(kind, []).append(took)
+                        self.answers.setdefault(kind, []).append(response.status_code)
                         if response.status_code != 200:
-                            self.errors.append(f"{response.status_code} {url}")
+                            self.errors.append((kind, f"{response.status_code} {url}"))
 
         threads = [threading.Thread(target=client) for _ in range(clients)]
         began = time.perf_counter()
@@ -215,11 +293,13 @@ class Load:
         self.wall_s += time.perf_counter() - began
 
     def summary(self, kinds: list[str]) -> dict:
+        absent = self.absent()
         return {
             "wall_s": round(self.wall_s, 2),
             "rss_mb": {"start": self.rss_start, "after_200": self.rss_after_first, "end": self.rss_end},
-            "errors": self.errors,
-            "pages": {k: _stats(self.times[k]) for k in kinds if k in self.times},
+            "errors": [error for kind, error in self.errors if kind not in absent],
+            "absent": absent,
+            "pages": {k: _stats(self.times[k]) for k in kinds if k in self.times and k not in absent},
         }
 
 
@@ -232,9 +312,8 @@ def _stats(times: list[float]) -> dict:
     return {"n": len(ordered), "p50_ms": rank(0.5) * 1000, "p95_ms": rank(0.95) * 1000, "max_ms": ordered[-1] * 1000}
 
 
-def report(results: dict[str, Load], kinds: list[str]) -> None:
-    names = list(results)
-    summaries = {n: results[n].summary(kinds) for n in names}
+def report(summaries: dict[str, dict], kinds: list[str]) -> None:
+    names = list(summaries)
     head = " | ".join(f"{n} p50 / p95 / max ms" for n in names)
     print(f"\n| page type | n | {head} |")
     print("| --- | ---: |" + " ---: |" * len(names))
@@ -242,7 +321,7 @@ def report(results: dict[str, Load], kinds: list[str]) -> None:
         cells = []
         for n in names:
             s = summaries[n]["pages"].get(kind)
-            cells.append(f"{s['p50_ms']:,.0f} / {s['p95_ms']:,.0f} / {s['max_ms']:,.0f}" if s else "—")
+            cells.append(f"{s['p50_ms']:,.0f} / {s['p95_ms']:,.0f} / {s['max_ms']:,.0f}" if s else "— (404)")
         count = summaries[names[0]]["pages"].get(kind, {}).get("n", 0)
         print(f"| {kind} | {count} | " + " | ".join(cells) + " |")
     for n in names:
@@ -251,6 +330,7 @@ def report(results: dict[str, Load], kinds: list[str]) -> None:
         print(
             f"{n}: wall {s['wall_s']:.1f} s; RSS {rss['start']:.0f} MB at start, {rss['after_200']:.0f} after "
             f"{CHUNK}, {rss['end']:.0f} after all; {len(s['errors'])} non-200 answers {s['errors'][:5]}"
+            + (f"; not served (every request 404): {', '.join(s['absent'])}" if s["absent"] else "")
         )
 
 
