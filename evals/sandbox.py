@@ -203,8 +203,8 @@ def exit_reason(returncode: int | None, stderr: str, mode: str) -> str:
     if returncode is None:
         return "timeout"
     killed_by = -returncode if returncode < 0 else None
-    if mode == "bwrap" and returncode > 128:
-        killed_by = returncode - 128  # bubblewrap exits 128 + n for a program killed by signal n, as a shell does
+    if mode in ("bwrap", "unshare") and returncode > 128:
+        killed_by = returncode - 128  # their pid 1 (bubblewrap's, the shell) exits 128 + n for a child killed by n
     if killed_by is not None:
         return "cpu" if killed_by in (signal.SIGKILL, signal.SIGXCPU) else "signal"
     if returncode == 0:
@@ -256,7 +256,11 @@ def _command(mode: str, folder: Path, limits: Limits, uid: int | None) -> list[s
             *limited,
         ]  # fmt: skip
     if mode == "unshare":
-        return ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--", *as_user, *limited]
+        # A shell is the namespace's pid 1, the program its child: the kernel drops the signals a pid 1
+        # sends itself without a handler, so a program run as pid 1 that kills itself (SIGSEGV, SIGABRT)
+        # would go on and exit 0. The shell exits 128 + n for a child killed by signal n, as bwrap does.
+        init = ["/bin/sh", "-c", '"$@"; exit $?', "init"]
+        return ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--", *as_user, *init, *limited]
     return [*as_user, *limited]
 
 

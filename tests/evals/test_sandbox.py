@@ -136,7 +136,10 @@ def test_hostile_programs_are_contained_and_fail(mode, tmp_path):
     assert os.getppid() == parent
 
 
-def test_each_way_a_program_ends_has_its_reason():
+@pytest.mark.parametrize(
+    "mode", [pytest.param(m, marks=[pytest.mark.slow] if i else []) for i, m in enumerate(AVAILABLE)]
+)
+def test_each_way_a_program_ends_has_its_reason(mode):
     programs = {
         "exit": "print('fine')",
         "error": "print('before')\nraise ValueError('wrong answer')",
@@ -149,8 +152,10 @@ def test_each_way_a_program_ends_has_its_reason():
     # The sleeper alone under a short wall clock; the others with room for the busy loop to spend its
     # second of CPU however loaded the machine is.
     hung = programs.pop("timeout")
-    outcomes = dict(zip(programs, run_programs(list(programs.values()), Limits(wall_s=120, cpu_s=1)), strict=True))
-    (outcomes["timeout"],) = run_programs([hung], Limits(wall_s=3))
+    outcomes = dict(
+        zip(programs, run_programs(list(programs.values()), Limits(wall_s=120, cpu_s=1), mode=mode), strict=True)
+    )
+    (outcomes["timeout"],) = run_programs([hung], Limits(wall_s=3), mode=mode)
     assert {name: o.exit_reason for name, o in outcomes.items()} == {name: name for name in EXIT_REASONS}
     assert outcomes["exit"].passed and outcomes["exit"].stdout == "fine\n" and outcomes["exit"].stderr == ""
     error = outcomes["error"]
