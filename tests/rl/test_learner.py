@@ -36,8 +36,9 @@ def _run_rows(setup, run_dir) -> list[dict]:
 
 
 def _comparable(rows: list[dict]) -> list[dict]:
-    """A run's rows without what names the run or was measured (the sandbox's wall time)."""
-    dropped = ("rollout_id", "run_id", "run_dir", "duration_s")
+    """A run's rows without what names the run, the code that ran it (a commit between a run and its
+    resume changes it) or what was measured (the sandbox's wall time)."""
+    dropped = ("rollout_id", "run_id", "run_dir", "duration_s", "code_version")
     return [{k: v for k, v in row.items() if k not in dropped} for row in rows]
 
 
