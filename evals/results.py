@@ -73,13 +73,13 @@ def commit_eval(
     run is done (``evals/run.py``), so a retry after a failure between the two commits runs the
     suite again and commits only the results (``commit_run``), and results never lack their samples.
     Returns the results' commit and the samples', if any."""
-    outputs = [_staged(catalog, run, SAMPLES_TABLE, EVAL_SAMPLES_SCHEMA, samples)] if samples else []
-    outputs.append(_staged(catalog, run, RESULTS_TABLE, EVAL_RESULTS_SCHEMA, results))
+    outputs = [stage_rows(catalog, run, SAMPLES_TABLE, EVAL_SAMPLES_SCHEMA, samples)] if samples else []
+    outputs.append(stage_rows(catalog, run, RESULTS_TABLE, EVAL_RESULTS_SCHEMA, results))
     committed = commit_run(catalog, run, outputs, {"results": len(results), "samples": len(samples)})
     return committed[-1], committed[0] if samples else None
 
 
-def _staged(
+def stage_rows(
     catalog: Catalog, run: Run, identifier: tuple[str, ...], schema: Schema, rows: list[dict[str, Any]]
 ) -> RunOutput:
     """``rows`` written as one Parquet file under the run's staging prefix of ``identifier``."""

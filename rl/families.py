@@ -32,7 +32,8 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evals.sandbox import Limits, run_programs, sandbox_mode
+from evals.sandbox import Limits, Outcome, run_programs, sandbox_mode
+from rl.scored import Scored, bounded, outcome_of
 
 ARGUMENTS = ("x", "y", "a", "b", "n", "k")
 FUNCTIONS = ("f", "g", "h", "calc")
@@ -106,16 +107,26 @@ __check()
 """
 
 
-def score(output: str, ok: bool, sentinel: str) -> float:
-    """The share of tests passed, from the last line of the program's stdout; 0 if it did not end well."""
+def tests_passed(output: str, ok: bool, sentinel: str) -> tuple[int, int] | None:
+    """``(passed, total)`` from the last line of the program's stdout; None if it did not end well."""
     lines = output.rstrip("\n").splitlines()
     if not ok or not lines:
-        return 0.0
+        return None
     fields = lines[-1].split(" ")
     if len(fields) != 3 or fields[0] != sentinel or not (fields[1].isdigit() and fields[2].isdigit()):
-        return 0.0
+        return None
     passed, total = int(fields[1]), int(fields[2])
-    return passed / total if 0 <= passed <= total and total else 0.0
+    return (passed, total) if 0 <= passed <= total and total else None
+
+
+def scored(outcome: Outcome, sentinel: str) -> Scored:
+    """A program's run as the learner records it. The sentinel's line is left out of the output:
+    it is new at each call, and the rows of a run are the same at each run."""
+    counts = tests_passed(outcome.stdout, outcome.passed, sentinel)
+    passed, total = counts or (0, len(INPUTS) + 2)
+    verdict = outcome_of(passed, total) if counts else "timeout" if outcome.status == "timeout" else "error"
+    stdout = "".join(line for line in outcome.stdout.splitlines(keepends=True) if not line.startswith(sentinel))
+    return Scored(passed / total, passed, total, verdict, bounded(stdout + outcome.stderr), outcome.duration_s)
 
 
 def compiles(source: str) -> bool:
@@ -136,16 +147,17 @@ def sandbox_reward(timeout_s: float, workers: int | None):
     programs are deterministic. A policy that has converged draws many duplicates."""
     mode = sandbox_mode()  # refuse at start-up, before any rollout, if no sandbox works here
     limits = Limits(wall_s=timeout_s, cpu_s=max(1, int(timeout_s)))
+    not_compiled = Scored(0.0, 0, len(INPUTS) + 2, "syntax-error", "", 0.0)
 
-    def reward(tasks: Sequence[ArithmeticTask], completions: Sequence[str]) -> list[float]:
+    def reward(tasks: Sequence[ArithmeticTask], completions: Sequence[str]) -> list[Scored]:
         sentinel = f"arithmetic-checked-{secrets.token_hex(16)}"  # a new one per call: not guessable
         by_id = {task.id: task for task in tasks}
         pairs = dict.fromkeys((task.id, text) for task, text in zip(tasks, completions, strict=True))
-        scores = {key: 0.0 for key in pairs if not compiles(by_id[key[0]].prompt + key[1])}
-        distinct = [key for key in pairs if key not in scores]
+        results = {key: not_compiled for key in pairs if not compiles(by_id[key[0]].prompt + key[1])}
+        distinct = [key for key in pairs if key not in results]
         sources = [program(by_id[task_id], text, sentinel) for task_id, text in distinct]
         outcomes = run_programs(sources, limits, workers=workers, mode=mode) if sources else []
-        scores |= {key: score(o.stdout, o.passed, sentinel) for key, o in zip(distinct, outcomes, strict=True)}
-        return [scores[(task.id, text)] for task, text in zip(tasks, completions, strict=True)]
+        results |= {key: scored(o, sentinel) for key, o in zip(distinct, outcomes, strict=True)}
+        return [results[(task.id, text)] for task, text in zip(tasks, completions, strict=True)]
 
     return reward

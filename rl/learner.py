@@ -17,8 +17,10 @@ Each step (docs/rl-training.md):
 
 Every ``eval.every`` steps (and before the first and after the last) the sampler completes the
 held-out tasks greedily and their mean reward is logged; every ``checkpoint.every`` steps (and
-at the last) the policy, optimizer, schedule and RNG are saved as the trainer saves them, and
-``--resume`` continues from the newest complete checkpoint exactly as the run would have gone.
+at the last) the rollouts since the last checkpoint are committed to ``rl.rollouts``
+(``rl/rollouts_table.py``), then the policy, optimizer, schedule and RNG are saved as the trainer
+saves them, and ``--resume`` continues from the newest complete checkpoint exactly as the run
+would have gone.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import dataclasses
 import hashlib
 import json
 import random
@@ -40,11 +43,14 @@ from torch import nn
 
 from evals.checkpoint_model import LoadedCheckpoint, load_checkpoint
 from evals.generate import generate_tokens, prompt_tokens
+from lakehouse.catalog import load_catalog
 from lakehouse.errors import ConfigError, FactoryError
 from lakehouse.faults import maybe_fail
 from lakehouse.storage_errors import storage_error
 from lakehouse.version import code_version
 from rl.grpo import group_advantages, grpo_loss, token_logprobs
+from rl.rollouts_table import RolloutRecorder, rollout_row
+from rl.scored import Scored
 from rl.task_source import Task, TaskSource, load_task_source
 from rl.train_config import RLConfig, load_rl_config
 from trainer import checkpoint
@@ -71,6 +77,8 @@ class Rollouts:
     tokens: torch.Tensor  # [rows, T] prompt + completion tokens, right-padded; rows task-major
     mask: torch.Tensor  # [rows, T - 1] 1 where a completion token is scored
     rewards: torch.Tensor  # [tasks, G] rewards the task source gave
+    scored: list[list[Scored]]  # [task][sample] the rewards with how the tests went
+    seeds: list[int]  # [task] the seed its group was sampled with
 
 
 def seed_of(*parts: object) -> int:
@@ -126,6 +134,7 @@ def rollouts(models: Models, start: LoadedCheckpoint, source: TaskSource, cfg: R
     """This rank's completions of its share of the step's tasks, their tokens and rewards."""
     mine = rank_share(step_tasks(list(source.train), cfg, step), world)
     group = cfg.rollout.group_size
+    seeds = [seed_of(cfg.run.seed, step, task.id) for task in mine]
     sampled = generate_tokens(
         models.sampler,
         start.tokenizer,
@@ -135,19 +144,20 @@ def rollouts(models: Models, start: LoadedCheckpoint, source: TaskSource, cfg: R
         device=world.device,
         temperature=cfg.rollout.temperature,
         top_p=cfg.rollout.top_p,
-        seeds=[seed_of(cfg.run.seed, step, task.id) for task in mine],
+        seeds=seeds,
         stop=source.stop,
         batch_rows=GENERATE_ROWS,
     )
     texts = [[completion.text for completion in row] for row in sampled]
     flat_tasks = [task for task in mine for _ in range(group)]
-    rewards = source.reward(flat_tasks, [text for row in texts for text in row])
+    scored = source.reward(flat_tasks, [text for row in texts for text in row])
     encoder = start.tokenizer.load()
     prompts = [prompt_tokens(encoder, task.prompt, start.tokenizer.eod_id) for task in mine]
     rows = [(prompts[i], completion.tokens) for i, row in enumerate(sampled) for completion in row]
     tokens, mask = pack(rows)
-    reward_tensor = torch.tensor(rewards, dtype=torch.float32).view(len(mine), group)
-    return Rollouts(mine, texts, tokens, mask, reward_tensor)
+    reward_tensor = torch.tensor([s.reward for s in scored], dtype=torch.float32).view(len(mine), group)
+    grouped = [scored[i * group : (i + 1) * group] for i in range(len(mine))]
+    return Rollouts(mine, texts, tokens, mask, reward_tensor, grouped, seeds)
 
 
 def pack(rows: list[tuple[list[int], list[int]]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -230,8 +240,17 @@ def update(models: Models, optimizer, scheduler, batch: Rollouts, advantages, ol
 
 
 @torch.no_grad()
-def evaluate(models: Models, start: LoadedCheckpoint, source: TaskSource, cfg: RLConfig, world: World) -> dict:
-    """Greedy completions of the held-out tasks (ranks take every world-size-th) and their rewards."""
+def evaluate(
+    models: Models,
+    start: LoadedCheckpoint,
+    source: TaskSource,
+    cfg: RLConfig,
+    world: World,
+    step: int,
+    recorder: RolloutRecorder | None,
+) -> dict:
+    """Greedy completions of the held-out tasks (ranks take every world-size-th) and their rewards;
+    rank 0's ``recorder`` takes every rank's rows."""
     tasks = list(source.heldout)[: cfg.tasks.heldout_limit or None]
     mine = list(range(world.rank, len(tasks), world.size))
     texts = generate_tokens(
@@ -244,7 +263,13 @@ def evaluate(models: Models, start: LoadedCheckpoint, source: TaskSource, cfg: R
         stop=source.stop,
         batch_rows=GENERATE_ROWS,
     )
-    rewards = source.reward([tasks[i] for i in mine], [row[0].text for row in texts])
+    scored = source.reward([tasks[i] for i in mine], [row[0].text for row in texts])
+    rows = [
+        rollout_row("heldout", step, tasks[i].id, 0, row[0].text, result, None)
+        for i, row, result in zip(mine, texts, scored, strict=True)
+    ]
+    record_rows(rows, recorder, world)
+    rewards = [result.reward for result in scored]
     everyone = torch.zeros(len(tasks), dtype=torch.float64, device=world.device)
     everyone[mine] = torch.tensor(rewards, dtype=torch.float64, device=world.device)
     all_reduce_sum(everyone, world)
@@ -259,23 +284,57 @@ def evaluate(models: Models, start: LoadedCheckpoint, source: TaskSource, cfg: R
     }
 
 
-def check_lengths(source: TaskSource, start: LoadedCheckpoint, cfg: RLConfig) -> None:
-    """Refuse a prompt that would not fit the model's context with a full completion after it."""
+def fit_prompts(source: TaskSource, start: LoadedCheckpoint, cfg: RLConfig) -> TaskSource:
+    """Each prompt with room for a full completion in the model's context: a source whose rewards
+    never read the prompt (``truncatable``) has its longer prompts cut at their start, by tokens, so
+    that their end (the signature and docstring) stays; any other such prompt is refused."""
     encoder = start.tokenizer.load()
-    limit = start.model.cfg.max_seq_len
+    limit = start.model.cfg.max_seq_len - cfg.rollout.max_new_tokens
+    if limit < 1:
+        raise ConfigError(
+            f"rollout.max_new_tokens {cfg.rollout.max_new_tokens} leaves no room for a prompt in the model's "
+            f"max_seq_len {start.model.cfg.max_seq_len}; lower it"
+        )
+    fitted = {}
     for task in [*source.train, *source.heldout]:
-        length = len(prompt_tokens(encoder, task.prompt, start.tokenizer.eod_id)) + cfg.rollout.max_new_tokens
-        if length > limit:
+        length = len(prompt_tokens(encoder, task.prompt, start.tokenizer.eod_id))
+        if length <= limit:
+            continue
+        if not source.truncatable:
             raise ConfigError(
-                f"task {task.id}: its prompt and rollout.max_new_tokens {cfg.rollout.max_new_tokens} take {length} "
-                f"tokens, past the model's max_seq_len {limit}; lower rollout.max_new_tokens"
+                f"task {task.id}: its prompt and rollout.max_new_tokens {cfg.rollout.max_new_tokens} take "
+                f"{length + cfg.rollout.max_new_tokens} tokens, past the model's max_seq_len "
+                f"{start.model.cfg.max_seq_len}; lower rollout.max_new_tokens"
             )
+        fitted[task.id] = dataclasses.replace(
+            task, prompt=keep_end(encoder, task.prompt, start.tokenizer.eod_id, limit)
+        )
+    if not fitted:
+        return source
+    train = [fitted.get(task.id, task) for task in source.train]
+    heldout = [fitted.get(task.id, task) for task in source.heldout]
+    lineage = {**source.lineage, "prompts_truncated": len(fitted), "prompt_tokens": limit}
+    return dataclasses.replace(source, train=train, heldout=heldout, lineage=lineage)
 
 
-def lineage_record(start: LoadedCheckpoint, source: TaskSource, cfg: RLConfig, run_dir: Path, step: int) -> dict:
+def keep_end(encoder, prompt: str, eod_id: int, limit: int) -> str:
+    """The longest end of ``prompt`` that starts at one of its token boundaries and encodes to at
+    most ``limit`` tokens (encoding the cut text again can merge differently at the cut: checked)."""
+    offsets = encoder.encode(prompt, add_special_tokens=False).offsets
+    for first in range(len(offsets) - limit, len(offsets)):
+        text = prompt[offsets[first][0] :]
+        if len(prompt_tokens(encoder, text, eod_id)) <= limit:
+            return text
+    return prompt[offsets[-1][0] :]
+
+
+def lineage_record(
+    start: LoadedCheckpoint, source: TaskSource, cfg: RLConfig, run_dir: Path, step: int, recorded: dict | None
+) -> dict:
     """An RL checkpoint's lineage.json: the starting checkpoint's data (as its own lineage records it,
     so ``factory lineage`` and ``factory eval`` read an RL checkpoint as any other), and under ``rl`` the
-    starting checkpoint itself, the tasks and the RL config."""
+    starting checkpoint itself, the tasks (a table's snapshot), the RL config and the ``rl.rollouts``
+    snapshot holding the run's rollouts up to this step."""
     inherited = {k: v for k, v in start.lineage.items() if k not in ("checkpoint", "step", "code_version", "rl")}
     rl = {
         "start": {
@@ -286,6 +345,7 @@ def lineage_record(start: LoadedCheckpoint, source: TaskSource, cfg: RLConfig, r
         },
         "tasks": source.lineage,
         "config": cfg.to_dict(),
+        "rollouts": recorded,
     }
     path = checkpoint.checkpoints_dir(run_dir) / f"step-{step}"
     return {**inherited, "checkpoint": str(path), "step": step, "code_version": code_version(), "rl": rl}
@@ -294,8 +354,14 @@ def lineage_record(start: LoadedCheckpoint, source: TaskSource, cfg: RLConfig, r
 def train(cfg: RLConfig, world: World, resume: bool = False) -> None:
     run_dir = Path(cfg.run.dir)
     start = load_checkpoint(cfg.start.checkpoint, world.device)
-    source = load_task_source(cfg, world)
-    check_lengths(source, start, cfg)
+    catalog = load_catalog(cfg.run.catalog or None)
+    source = fit_prompts(load_task_source(cfg, world, catalog), start, cfg)
+    recorder = None
+    if world.is_main:
+        tasks = source.lineage
+        inputs = [{"table": tasks["table"], "snapshot_id": tasks["snapshot_id"]}] if "table" in tasks else []
+        recorder = RolloutRecorder(catalog, run_id(cfg, start), str(run_dir.resolve()), inputs)
+    recorded = None  # the rl.rollouts commit of the last checkpoint
     models = build_models(start, cfg, world)
     optimizer = torch.optim.AdamW(
         models.policy.parameters(), lr=cfg.optim.lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay
@@ -314,25 +380,36 @@ def train(cfg: RLConfig, world: World, resume: bool = False) -> None:
             (run_dir / "config.resolved.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=list))
             facts = {"resumed": latest is not None, "world": world.size, "start": str(start.path)}
             metrics.log(step, "start", {**facts, "tasks": len(source.train), "heldout": len(source.heldout)})
-        if latest is None and cfg.eval.every:
-            metrics.log(0, "eval", evaluate(models, start, source, cfg, world))
+        evaluating = cfg.eval.every and len(source.heldout) > 0
+        if latest is None and evaluating:
+            metrics.log(0, "eval", evaluate(models, start, source, cfg, world, 0, recorder))
+        first = step  # the rollouts of the steps after it are not committed yet
         while step < cfg.train.steps:
-            stats = train_step(models, optimizer, scheduler, start, source, cfg, step, world, run_dir)
+            stats = train_step(models, optimizer, scheduler, start, source, cfg, step, world, run_dir, recorder)
             step += 1
             metrics.log(step, "train", stats)
             maybe_fail(f"after-step-{step}")
             last = step == cfg.train.steps
-            if cfg.eval.every and (step % cfg.eval.every == 0 or last):
-                metrics.log(step, "eval", evaluate(models, start, source, cfg, world))
+            if evaluating and (step % cfg.eval.every == 0 or last):
+                metrics.log(step, "eval", evaluate(models, start, source, cfg, world, step, recorder))
             if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or last:
-                record = lineage_record(start, source, cfg, run_dir, step) if world.is_main else {}
+                record = {}
+                if world.is_main:
+                    # Before the checkpoint: a run that dies between the two makes these steps again from
+                    # the last checkpoint, and their commit, already in the table, is then a no-op.
+                    recorded = recorder.commit(first, step) or recorded
+                    maybe_fail(f"after-rollouts-commit-{step}")
+                    record = lineage_record(start, source, cfg, run_dir, step, recorded)
+                first = step
                 state = {"rl_step": step}
                 checkpoint.save(
                     run_dir, step, models.policy, optimizer, scheduler, state, record, world, cfg.checkpoint.keep
                 )
 
 
-def train_step(models, optimizer, scheduler, start, source, cfg: RLConfig, step: int, world: World, run_dir: Path):
+def train_step(
+    models, optimizer, scheduler, start, source, cfg: RLConfig, step: int, world: World, run_dir: Path, recorder
+):
     """Rollouts, rewards and ``updates_per_batch`` updates for step ``step`` (0-based); its statistics."""
     started = time.perf_counter()
     batch = rollouts(models, start, source, cfg, step, world)
@@ -346,6 +423,12 @@ def train_step(models, optimizer, scheduler, start, source, cfg: RLConfig, step:
         stats = update(models, optimizer, scheduler, batch, advantages, old, ref, cfg, world)
     sync_sampler(models)
     log_rollouts(run_dir, step + 1, batch, world)
+    rows = [
+        rollout_row("train", step + 1, task.id, j, text, result, seed)
+        for task, texts, results, seed in zip(batch.tasks, batch.texts, batch.scored, batch.seeds, strict=True)
+        for j, (text, result) in enumerate(zip(texts, results, strict=True))
+    ]
+    record_rows(rows, recorder, world)
     totals = torch.tensor(
         [
             batch.rewards.sum().item(),
@@ -383,6 +466,25 @@ def log_rollouts(run_dir: Path, step: int, batch: Rollouts, world: World) -> Non
         record = {"step": step, **{key: [x for part in gathered for x in part[key]] for key in mine}}
         with (run_dir / "rollouts.jsonl").open("a") as out:
             out.write(json.dumps(record) + "\n")
+
+
+def record_rows(rows: list[dict], recorder: RolloutRecorder | None, world: World) -> None:
+    """Every rank's rows of ``rl.rollouts`` to rank 0's recorder (a collective)."""
+    gathered = [rows]
+    if world.size > 1:
+        gathered = [None] * world.size
+        dist.all_gather_object(gathered, rows)
+    if recorder is not None:
+        recorder.add([row for part in gathered for row in part])
+
+
+def run_id(cfg: RLConfig, start: LoadedCheckpoint) -> str:
+    """The RL run's id in ``rl.rollouts``: a hash of its config (its folder made absolute) and its
+    start, the same when the run resumes, another for another run."""
+    config = cfg.to_dict()
+    config["run"] = {**config["run"], "dir": str(Path(cfg.run.dir).resolve())}
+    key = json.dumps({"config": config, "start": start.identity}, sort_keys=True, default=list)
+    return "rl-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def main(argv: list[str] | None = None) -> int:

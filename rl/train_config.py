@@ -1,8 +1,8 @@
 """The RL training config (``factory rl train --config FILE``): TOML sections into validated dataclasses.
 
-    [run]        dir, seed
+    [run]        dir, seed, catalog
     [start]      checkpoint
-    [tasks]      source, heldout_fraction, heldout_limit, timeout_s, workers
+    [tasks]      source, table, heldout_fraction, heldout_limit, timeout_s, workers
     [rollout]    group_size, tasks_per_step, max_new_tokens, temperature, top_p
     [grpo]       clip_eps, kl_beta, updates_per_batch, std_eps, shuffle_rewards
     [train]      steps, micro_batch_size, grad_clip, dtype
@@ -24,7 +24,7 @@ from typing import Any
 from lakehouse.errors import ConfigError
 from trainer.config import CheckpointConfig, OptimConfig, load_sections
 
-FAMILIES = ("arithmetic",)
+SOURCES = ("arithmetic", "table")
 
 
 def _check(ok: bool, message: str) -> None:
@@ -36,6 +36,7 @@ def _check(ok: bool, message: str) -> None:
 class RunConfig:
     dir: str = "runs/rl"  # run directory: checkpoints/, metrics.jsonl, config.resolved.json
     seed: int = 0  # seeds the task order, the sampling and the reward shuffle of the control run
+    catalog: str = ""  # the catalog of tasks.table and rl.rollouts; "" = $FACTORY_CATALOG or the embedded one
 
     def __post_init__(self) -> None:
         _check(bool(self.dir), "run.dir is required")
@@ -51,14 +52,16 @@ class StartConfig:
 
 @dataclass
 class TasksConfig:
-    source: str = "arithmetic"  # a generated family: arithmetic
+    source: str = "arithmetic"  # a generated family (arithmetic), or table: the tasks of an rl.tasks snapshot
+    table: str = "rl.tasks"  # for source table: NAME or NAME@REF (a snapshot id, tag or branch)
     heldout_fraction: float = 0.1  # share of tasks held out (by a hash of the task id) for evaluation
     heldout_limit: int = 0  # evaluate at most this many held-out tasks; 0 = all
     timeout_s: float = 5.0  # wall-clock (and CPU) seconds per program in the sandbox
     workers: int = 0  # programs run at once on each rank; 0 = the CPU count
 
     def __post_init__(self) -> None:
-        _check(self.source in FAMILIES, f"tasks.source must be one of {', '.join(FAMILIES)}, got {self.source!r}")
+        _check(self.source in SOURCES, f"tasks.source must be one of {', '.join(SOURCES)}, got {self.source!r}")
+        _check(bool(self.table), "tasks.table must name a table, e.g. rl.tasks or rl.tasks@TAG")
         _check(0 < self.heldout_fraction < 1, "tasks.heldout_fraction must be in (0, 1)")
         _check(self.heldout_limit >= 0 and self.workers >= 0, "tasks.heldout_limit and tasks.workers must be >= 0")
         _check(self.timeout_s > 0, "tasks.timeout_s must be > 0")

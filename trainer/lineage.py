@@ -91,6 +91,7 @@ def format_lineage(lineage: dict[str, Any]) -> str:
             f"reinforcement learning from checkpoint {start['checkpoint']} (step {start['step']}), "
             f"tasks {tasks.get('source')}: {tasks.get('tasks')} trained on, {tasks.get('heldout')} held out"
         )
+        lines.extend(_format_rl(rl))
     lines.append("data:")
     for component in lineage.get("components", []):
         lines.append(
@@ -101,6 +102,29 @@ def format_lineage(lineage: dict[str, Any]) -> str:
     if lineage.get("lineage_error"):
         lines.append(f"  (pipeline runs unavailable: {lineage['lineage_error']})")
     return "\n".join(lines)
+
+
+def _format_rl(rl: dict[str, Any]) -> list[str]:
+    """The RL run's task snapshot (and the raw snapshots it was built from), its rollouts and config."""
+    lines = []
+    tasks = rl["tasks"]
+    if tasks.get("table"):
+        built = ", ".join(f"{i['table']}@{i['snapshot_id']}" for i in json.loads(tasks.get("inputs") or "[]"))
+        lines.append(
+            f"  tasks {tasks['table']}@{tasks['snapshot_id']} (built by {tasks.get('build_run_id')} from {built})"
+        )
+    if rl.get("rollouts"):
+        found = rl["rollouts"]
+        lines.append(f"  rollouts {found['table']}@{found['snapshot_id']} (run {found['run_id']})")
+    config = rl.get("config") or {}
+    if config:
+        rollout, grpo = config.get("rollout", {}), config.get("grpo", {})
+        lines.append(
+            f"  config: seed {config['run']['seed']}, {config['train']['steps']} steps of "
+            f"{rollout.get('tasks_per_step')} tasks x {rollout.get('group_size')} samples, "
+            f"kl_beta {grpo.get('kl_beta')}, lr {config['optim']['lr']} (all of it in lineage.json)"
+        )
+    return lines
 
 
 def _format_provenance(provenance: dict[str, Any]) -> str:

@@ -23,6 +23,7 @@ STEPS = 4
 class RLSetup:
     start: Path  # the pre-trained checkpoint
     config: Path  # the RL config, run.dir set per run with --set
+    home: Path  # the FACTORY_HOME whose catalog holds the runs' rl.rollouts
 
 
 @pytest.fixture(scope="session")
@@ -75,13 +76,13 @@ every = 2
 keep = 2
 """
     )
-    return RLSetup(start, config)
+    return RLSetup(start, config, home)
 
 
 def rl_train(setup: RLSetup, run_dir: Path, nproc: int, *extra: str, env: dict | None = None):
     return run_factory(
         "rl", "train", "--config", str(setup.config), "--nproc", str(nproc), "--set", f"run.dir='{run_dir}'", *extra,
-        env={"OMP_NUM_THREADS": "1", **(env or {})}, timeout=900,
+        env={"OMP_NUM_THREADS": "1", "FACTORY_HOME": str(setup.home), **(env or {})}, timeout=900,
     )  # fmt: skip
 
 

@@ -27,7 +27,8 @@ def test_defaults_and_overrides():
         ({**START, "sampling": {}}, r"unknown config section \[sampling\]"),
         ({**START, "rollout": {"group_size": 1}}, "group_size must be >= 2"),
         ({**START, "rollout": {"temperature": 0}}, "temperature must be > 0"),
-        ({**START, "tasks": {"source": "rl.tasks"}}, "tasks.source must be one of arithmetic"),
+        ({**START, "tasks": {"source": "rl.tasks"}}, "tasks.source must be one of arithmetic, table"),
+        ({**START, "tasks": {"source": "table", "table": ""}}, "tasks.table must name a table"),
     ],
 )
 def test_bad_settings_are_refused_with_what_to_do(raw, message):

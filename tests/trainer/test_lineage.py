@@ -146,3 +146,36 @@ def test_factory_lineage_prints_the_decisions_after_the_data(catalog, factory_ho
         assert decisions[key]["decision_id"] in after_data
     for key in ("refused", "other gate", "other mixture", "rejected"):
         assert decisions[key]["decision_id"] not in done.stdout
+
+
+def test_an_rl_checkpoint_shows_its_task_snapshot_rollouts_and_config():
+    rl = {
+        "start": {"checkpoint": "/runs/pre/checkpoints/step-40", "step": 40},
+        "tasks": {
+            "source": "table",
+            "table": "rl.tasks",
+            "snapshot_id": 11,
+            "tasks": 2,
+            "heldout": 1,
+            "build_run_id": "rl-build-1",
+            "inputs": json.dumps([{"table": "raw.rl_repositories", "snapshot_id": 7, "repository": "toy"}]),
+        },
+        "rollouts": {"table": "rl.rollouts", "snapshot_id": 22, "run_id": "rl-abc"},
+        "config": {
+            "run": {"seed": 3},
+            "train": {"steps": 4},
+            "rollout": {"tasks_per_step": 2, "group_size": 4},
+            "grpo": {"kl_beta": 0.04},
+            "optim": {"lr": 0.01},
+        },
+    }
+    inherited = {  # the starting checkpoint's, as an RL checkpoint keeps them
+        "manifest": {"path": "m.yaml", "fingerprint": "f"},
+        "tokenizer": {"path": "tok.json", "sha256": "0" * 64},
+        "loader_position": {"next_global_batch": 40, "sequences": 320, "tokens": 20480},
+    }
+    shown = format_lineage({"checkpoint": "/runs/rl/checkpoints/step-4", "step": 4, **inherited, "rl": rl})
+    assert "reinforcement learning from checkpoint /runs/pre/checkpoints/step-40 (step 40)" in shown
+    assert "  tasks rl.tasks@11 (built by rl-build-1 from raw.rl_repositories@7)" in shown
+    assert "  rollouts rl.rollouts@22 (run rl-abc)" in shown
+    assert "  config: seed 3, 4 steps of 2 tasks x 4 samples, kl_beta 0.04, lr 0.01" in shown
