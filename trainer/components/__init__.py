@@ -2,6 +2,7 @@
 
 ``norms.py`` (``model.norm``), ``feedforward.py`` (``model.feed_forward``), ``positions.py``
 (``model.positions``) and ``masks.py`` (``model.sliding_window``). ``trainer/model.py`` builds a
-block from them and knows no component by name, as torchtitan's models build theirs from its
-norm and attention builders: a new component is a class and a registry entry, not a flag.
+block from them and knows no component by name, the way torchtitan's models take their norms
+from ``build_norm(norm_type, dim, eps)`` (``torchtitan/models/norms.py``): a new component is a
+class and a registry entry, not a flag threaded through the model.
 """
