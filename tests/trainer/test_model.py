@@ -58,15 +58,22 @@ def test_1b_preset_is_about_a_billion_parameters():
     assert 0.9e9 < model.num_params() < 1.3e9
 
 
+# Every component away from its default at once but the GELU (the squared ReLU's kin): a 5-token
+# window, whose mask is made inside the compiled block, NoPE, whose positions are None.
+ALL_SWAPPED = {"norm": "layernorm", "feed_forward": "squared_relu", "qk_norm": True, "tie_embeddings": True}
+ALL_SWAPPED |= {"positions": "none", "sliding_window": 5}
+
+
 @pytest.mark.slow  # torch.compile takes ~20 s on 2 cores
-def test_compiled_blocks_give_the_eager_logits_and_gradients():
+@pytest.mark.parametrize("components", [{}, ALL_SWAPPED], ids=["default", "all_swapped"])
+def test_compiled_blocks_give_the_eager_logits_and_gradients(components):
     from torch._dynamo.utils import counters
 
     from trainer.parallel import apply_compile
 
     counters.clear()
     tokens = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(0))
-    eager, compiled = tiny(), tiny()
+    eager, compiled = tiny(**components), tiny(**components)
     apply_compile(compiled)
     assert all(hasattr(block, "_orig_mod") for block in compiled.layers)  # each block compiled on its own
     losses = []
