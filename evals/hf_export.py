@@ -1,7 +1,8 @@
 """A checkpoint as a Hugging Face model folder (docs/training.md, "Export"; docs/architecture.md, "Export").
 
-The folder is what ``LlamaForCausalLM`` and ``AutoTokenizer.from_pretrained`` load, and what vLLM
-and SGLang serve: ``config.json``, ``generation_config.json``, ``model.safetensors``, the run's
+The folder is what ``LlamaForCausalLM`` (``MistralForCausalLM`` for a sliding window,
+``Qwen3ForCausalLM`` for QK-norm) and ``AutoTokenizer.from_pretrained`` load, and what vLLM and
+SGLang serve: ``config.json``, ``generation_config.json``, ``model.safetensors``, the run's
 ``tokenizer.json`` byte for byte with ``tokenizer_config.json`` and ``special_tokens_map.json``,
 and beside them ``factory-lineage.json`` and ``factory-training-config.json``, so the folder still
 says which data made it.
@@ -49,7 +50,7 @@ WEIGHTS_FILE = "model.safetensors"
 
 @dataclass(frozen=True)
 class Field:
-    """How one ``ModelConfig`` field is said in a ``LlamaForCausalLM`` ``config.json``."""
+    """How one ``ModelConfig`` field is said in the ``config.json`` of a Llama, Mistral or Qwen3 model."""
 
     keys: Callable[[Any, ModelConfig], dict[str, Any]]  # the config.json keys for the field's value
     accepts: Callable[[Any], bool] = lambda _value: True  # the values that have an equivalent
@@ -66,9 +67,17 @@ def only(value: Any, because: str) -> Field:
     return Field(lambda _value, _model: {}, lambda given: given == value, because)
 
 
+def _sliding_window(value: int, model: ModelConfig) -> dict[str, Any]:
+    if not value:
+        return {}
+    if model.qk_norm:  # Qwen3 slides only from layer max_window_layers on: 0, every layer
+        return {"sliding_window": value, "use_sliding_window": True, "max_window_layers": 0}
+    return {"sliding_window": value, **MISTRAL}
+
+
 # Every field of ModelConfig, and how config.json says it. A field that the model learns to swap
-# (a LayerNorm, a GELU feed-forward, tied embeddings…) gets its entry here: `same` where the
-# config has a key for it, `only` where Llama knows one value of it, a Field of its own otherwise.
+# gets its entry here: `same` where the config has a key for it, `only` where the architectures
+# know one value of it, a Field of its own otherwise.
 FIELDS: dict[str, Field] = {
     "preset": Field(lambda _value, _model: {}),  # a name for defaults, already resolved into the fields below
     "dim": same("hidden_size"),
@@ -84,9 +93,18 @@ FIELDS: dict[str, Field] = {
     "rope_theta": Field(
         lambda value, _model: {"rope_parameters": {"rope_type": "default", "rope_theta": value}, "rope_theta": value}
     ),
+    "norm": only("rmsnorm", "its norms are RMSNorm"),
+    "feed_forward": only("swiglu", "its feed-forward is SwiGLU, gated"),
+    # Qwen3's q_norm and k_norm: an RMSNorm over each head's queries and keys before the rotation, as ours.
+    "qk_norm": Field(lambda value, _model: QWEN3 if value else {}),
+    "tie_embeddings": same("tie_word_embeddings"),
+    "positions": only("rope", "it rotates every query and key: no model without positions"),
+    # Mistral's (and Qwen3's) sliding_window: a query sees the last sliding_window keys, itself included, as ours.
+    "sliding_window": Field(_sliding_window),
 }
 
-# What the model is whatever its config: RMSNorm, SwiGLU (silu), no biases, an output layer of its own.
+# What the model is whatever its config: RMSNorm, SwiGLU (silu), no biases; a Llama unless the
+# fields above say a Mistral (a sliding window) or a Qwen3 (QK-norm), which are Llama with those.
 ARCHITECTURE: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
@@ -94,11 +112,14 @@ ARCHITECTURE: dict[str, Any] = {
     "attention_bias": False,
     "attention_dropout": 0.0,
     "mlp_bias": False,
-    "tie_word_embeddings": False,
     "pretraining_tp": 1,
     "initializer_range": 0.02,
     "use_cache": True,
 }
+
+
+MISTRAL: dict[str, Any] = {"architectures": ["MistralForCausalLM"], "model_type": "mistral"}
+QWEN3: dict[str, Any] = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}
 
 
 @dataclass(frozen=True)
@@ -120,7 +141,7 @@ def refuse_unknown_fields(section: Mapping[str, Any], fields: Mapping[str, Field
 
 
 def hf_config(model: ModelConfig, fields: Mapping[str, Field] = FIELDS) -> dict[str, Any]:
-    """``config.json`` of a ``LlamaForCausalLM`` computing what ``Transformer(model)`` computes;
+    """``config.json`` of a Llama (Mistral, Qwen3) computing what ``Transformer(model)`` computes;
     ``InputError`` naming the first field it cannot express."""
     config = dict(ARCHITECTURE)
     for each in dataclasses.fields(model):
@@ -130,9 +151,10 @@ def hf_config(model: ModelConfig, fields: Mapping[str, Field] = FIELDS) -> dict[
             raise InputError(_unknown(each.name, value))
         if not entry.accepts(value):
             raise InputError(
-                f"model.{each.name} = {value!r} has no equivalent in a Hugging Face LlamaForCausalLM "
+                f"model.{each.name} = {value!r} has no equivalent in a Hugging Face LlamaForCausalLM, nor in "
+                "MistralForCausalLM or Qwen3ForCausalLM "
                 f"({entry.otherwise}): transformers, vLLM and SGLang would run another model than the one "
-                "trained, so it is not exported"
+                "trained; nothing was exported"
             )
         config.update(entry.keys(value, model))
     return config
@@ -147,14 +169,17 @@ def _unknown(name: str, value: Any) -> str:
 
 
 def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
-    """Our weights under transformers' Llama names, query and key rows in ``rotate_half`` order."""
+    """Our weights under transformers' Llama names, query and key rows in ``rotate_half`` order.
+    Tied embeddings are written once: transformers ties ``lm_head`` to them (``tie_word_embeddings``)."""
     cfg = model.cfg
     ours = {name: tensor.detach() for name, tensor in model.state_dict().items()}
     hf = {
         "model.embed_tokens.weight": ours.pop("tok_embeddings.weight"),
         "model.norm.weight": ours.pop("norm.weight"),
-        "lm_head.weight": ours.pop("output.weight"),
     }
+    output = ours.pop("output.weight")
+    if not cfg.tie_embeddings:
+        hf["lm_head.weight"] = output
     for i in range(cfg.n_layers):
         src, dst = f"layers.{i}.", f"model.layers.{i}."
         hf[dst + "self_attn.q_proj.weight"] = _halves_order(ours.pop(src + "attention.wq.weight"), cfg.n_heads)
@@ -166,6 +191,9 @@ def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
         hf[dst + "mlp.down_proj.weight"] = ours.pop(src + "feed_forward.w2.weight")
         hf[dst + "input_layernorm.weight"] = ours.pop(src + "attention_norm.weight")
         hf[dst + "post_attention_layernorm.weight"] = ours.pop(src + "ffn_norm.weight")
+        if cfg.qk_norm:  # a scale per element of a head, reordered as the rows are
+            hf[dst + "self_attn.q_norm.weight"] = _halves_order_scale(ours.pop(src + "attention.q_norm.weight"))
+            hf[dst + "self_attn.k_norm.weight"] = _halves_order_scale(ours.pop(src + "attention.k_norm.weight"))
     if ours:  # a weight the model gained without the export learning it: never dropped silently
         raise RuntimeError(f"the Hugging Face export has no name for the weights {sorted(ours)}")
     return {name: tensor.contiguous() for name, tensor in hf.items()}
@@ -177,6 +205,11 @@ def _halves_order(weight: torch.Tensor, heads: int) -> torch.Tensor:
     Queries and keys get the same order, so their dot products, and attention, are unchanged."""
     rows, columns = weight.shape
     return weight.view(heads, rows // heads // 2, 2, columns).transpose(1, 2).reshape(rows, columns)
+
+
+def _halves_order_scale(scale: torch.Tensor) -> torch.Tensor:
+    """A head's scale ``[head_dim]`` (QK-norm's) in the order ``_halves_order`` gives its rows."""
+    return _halves_order(scale[:, None], 1)[:, 0]
 
 
 def tokenizer_files(tokenizer: TokenizerSpec, max_seq_len: int) -> dict[str, dict[str, Any]]:
@@ -232,7 +265,9 @@ def export_hf(
     output = Path(os.path.abspath(output))
     _check_output(output, force)
     path = resolve_checkpoint(checkpoint)
-    refuse_unknown_fields(read_lineage(path)["config"].get("model", {}), fields)
+    recorded = read_lineage(path)["config"].get("model", {})
+    refuse_unknown_fields(recorded, fields)
+    hf_config(ModelConfig(**recorded), fields)  # refused before the weights are read
     loaded = load_checkpoint(path, torch.device("cpu"))
     config = hf_config(loaded.config.model, fields)
     tokenizer_json = loaded.tokenizer.text.encode("utf-8")

@@ -24,6 +24,9 @@ from typing import Any, ClassVar
 from lakehouse.config_keys import refuse_unknown_keys
 from lakehouse.errors import ConfigError
 from lakehouse.redact import redact
+from trainer.components.feedforward import FEED_FORWARDS, HIDDEN_PER_DIM
+from trainer.components.norms import NORMS
+from trainer.components.positions import POSITIONS
 
 
 def _check(ok: bool, message: str) -> None:
@@ -38,11 +41,18 @@ class ModelConfig:
     n_layers: int = 0  # transformer blocks
     n_heads: int = 0  # attention heads
     n_kv_heads: int = 0  # key/value heads (grouped-query attention); 0 = n_heads
-    hidden_dim: int = 0  # SwiGLU hidden width; 0 = about 8/3 · dim rounded up to 64
+    hidden_dim: int = 0  # feed-forward hidden width; 0 = 8/3 · dim (swiglu) or 4 · dim (the others), rounded up to 64
     vocab_size: int = 0  # 0 = the tokenizer's vocabulary size (set at start-up)
     max_seq_len: int = 0  # longest sequence the rotary table covers; 0 = data.seq_len
-    norm_eps: float = 1e-5  # RMSNorm epsilon
+    norm_eps: float = 1e-5  # the norms' epsilon
     rope_theta: float = 10000.0  # rotary base
+    # The swappable components (trainer/components/); the defaults are the model before them.
+    norm: str = "rmsnorm"  # rmsnorm · layernorm
+    feed_forward: str = "swiglu"  # swiglu · gelu · squared_relu
+    qk_norm: bool = False  # normalise each head's queries and keys (with model.norm) before attention
+    tie_embeddings: bool = False  # the output layer is the input embeddings' matrix
+    positions: str = "rope"  # rope (rotary) · none (NoPE)
+    sliding_window: int = 0  # a query attends to the last W positions, itself included; 0 = all before it
 
     PRESETS: ClassVar[dict[str, dict[str, int]]] = {
         "tiny": {"dim": 64, "n_layers": 2, "n_heads": 4},
@@ -61,8 +71,22 @@ class ModelConfig:
             (self.dim // self.n_heads) % 2 == 0, "model head size (dim / n_heads) must be even for rotary embeddings"
         )
         _check(self.kv_heads > 0 and self.n_heads % self.kv_heads == 0, "model.n_heads must divide by n_kv_heads")
+        self._check_components()
         if not self.hidden_dim:
-            self.hidden_dim = 64 * -(-int(8 * self.dim / 3) // 64)
+            self.hidden_dim = 64 * -(-int(HIDDEN_PER_DIM[self.feed_forward] * self.dim) // 64)
+
+    def _check_components(self) -> None:
+        for key, registry in (("norm", NORMS), ("feed_forward", FEED_FORWARDS), ("positions", POSITIONS)):
+            value = getattr(self, key)
+            _check(value in registry, f"model.{key} must be one of {', '.join(registry)}; got {value!r}")
+        for key in ("qk_norm", "tie_embeddings"):
+            _check(
+                isinstance(getattr(self, key), bool), f"model.{key} must be true or false, got {getattr(self, key)!r}"
+            )
+        _check(
+            isinstance(self.sliding_window, int) and self.sliding_window >= 0,
+            f"model.sliding_window must be a whole number of positions >= 0 (0: no window), got {self.sliding_window!r}",
+        )
 
     @property
     def kv_heads(self) -> int:

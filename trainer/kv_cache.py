@@ -7,7 +7,10 @@ A batch's rows are left-padded: prompts of different lengths end at the same col
 column serves every row and each step appends one column for all of them. ``valid`` marks the
 padding, which attention masks out, and each row's positions count from its own first real token,
 so a padded row sees exactly what it would see alone. Storage is allocated once for ``capacity``
-columns: growing it step by step would copy the whole cache every token.
+columns: growing it step by step would copy the whole cache every token. A sliding window
+(``model.sliding_window``) is applied to the cached columns by the rule training applies
+(``trainer/components/masks.py``): a row's real tokens are consecutive columns, so columns apart
+are positions apart.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
+from trainer.components.masks import allowed_keys
 from trainer.config import ModelConfig
 
 
@@ -30,6 +34,7 @@ class KVCache:
         self.values = torch.zeros(shape, device=device, dtype=dtype)
         self.valid = torch.zeros(batch, capacity, device=device, dtype=torch.bool)  # False: padding or unwritten
         self.capacity = capacity
+        self.window = cfg.sliding_window
         self.length = 0  # columns written, this step's included
         self.start = 0  # the first column of the step being run
         self.padded = False
@@ -69,14 +74,14 @@ class KVCache:
         self.padded = not bool(self.valid[:, : self.length].all())
 
     def _mask(self) -> tuple[torch.Tensor | None, bool]:
-        if not self.padded:
+        if not self.padded and (not self.window or self.length <= self.window):
             if self.start == 0:
                 return None, True  # a prefill without padding: the kernels' causal path, as in training
             if self.length - self.start == 1:
                 return None, False  # one new token sees every cached one
         query = torch.arange(self.start, self.length, device=self.valid.device).unsqueeze(1)
         key = torch.arange(self.length, device=self.valid.device).unsqueeze(0)
-        allowed = (key <= query) & self.valid[:, None, : self.length]
+        allowed = allowed_keys(query, key, self.window) & self.valid[:, None, : self.length]
         # A padding column attends to itself, so no query has every key masked: this torch's CPU
         # kernels give such a query 0, but a plain softmax gives NaN, and NaN in padding's keys and
         # values would reach real rows through 0 · NaN in the next layer.

@@ -11,7 +11,7 @@ Python standard library as an Iceberg table (pyiceberg, SQLite catalog), pinned 
 manifest, and a BPE tokenizer of --vocab tokens trained on it; so a bare GPU machine with the
 venv runs it as is. Then `factory train` for a fresh run directory, through the real streaming
 loader, and the run's metrics.jsonl, leaving out the first --warmup steps (start-up,
-torch.compile). MFU = model FLOP/s (6·N per token for the matmuls plus attention's 12·L·d·T,
+torch.compile). MFU = model FLOP/s (6 per matrix-product weight per token plus attention's 12·L·d·T,
 ``Transformer.flops_per_token``) over the devices' peak: looked up for known GPUs (bf16 dense,
 989 TFLOP/s for the H100/H200) or given with --peak-tflops. Peak memory is the device's
 allocated memory on a GPU, the process's RSS on a CPU (rank 0).

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from evals.generate import _nucleus, complete_by_recomputing, generate, generate_tokens
+from tests.trainer.variants import COMPONENTS
 from trainer.config import ModelConfig
 from trainer.model import Transformer
 
@@ -36,8 +37,9 @@ def _tokenizer(eod_id: int = -1) -> SimpleNamespace:
     return SimpleNamespace(load=lambda: encoder, eod_id=eod_id)
 
 
-def _model(n_kv_heads: int = 0) -> Transformer:
-    model = Transformer(ModelConfig(preset="tiny", vocab_size=VOCAB, max_seq_len=MAX_SEQ_LEN, n_kv_heads=n_kv_heads))
+def _model(n_kv_heads: int = 0, **components) -> Transformer:
+    cfg = ModelConfig(preset="tiny", vocab_size=VOCAB, max_seq_len=MAX_SEQ_LEN, n_kv_heads=n_kv_heads, **components)
+    model = Transformer(cfg)
     model.init_weights(seed=3)
     return model.eval()
 
@@ -63,6 +65,17 @@ def test_greedy_output_is_the_references_token_for_token(n_kv_heads, samples, ma
     ours = generate(model, tokenizer, prompts, device=CPU, batch_rows=batch_rows, **settings)
     assert ours == _reference(model, tokenizer, prompts, **settings)
     assert [len(c) for completions in ours for c in completions] == [max_new_tokens] * samples * len(prompts)
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_greedy_output_is_the_references_for_each_component(component):
+    """Every swappable component generates with the cache as the window recomputation does; the
+    sliding window (5 positions) bites on every prompt but the shortest."""
+    model, tokenizer, prompts = _model(2, **COMPONENTS[component]), _tokenizer(), _prompts()
+    settings = {"samples": 2, "max_new_tokens": 30}
+    assert generate(model, tokenizer, prompts, device=CPU, batch_rows=4, **settings) == _reference(
+        model, tokenizer, prompts, **settings
+    )
 
 
 def test_end_of_document_and_stop_strings_end_rows_as_in_the_reference():

@@ -43,11 +43,26 @@ PROMPTS = ["def f3(x):\n    return", "the data engine streams", "lineage"]
 @pytest.fixture(scope="module")
 def gqa_run(tmp_path_factory) -> TrainedRun:
     """A checkpoint with n_kv_heads 2 < n_heads 4, trained for 6 steps in one plain process."""
-    home = tmp_path_factory.mktemp("export-gqa-home")
+    overrides = ["model.n_kv_heads=2", "model.rope_theta=500000.0", "model.norm_eps=1e-6", "model.hidden_dim=128"]
+    return _train(tmp_path_factory, "export-gqa-home", overrides)
+
+
+@pytest.fixture(scope="module")
+def components_run(tmp_path_factory) -> TrainedRun:
+    """A checkpoint with every exportable component away from the default (QK-norm, a sliding
+    window of 24 positions and tied embeddings: a Qwen3ForCausalLM), trained as ``gqa_run``."""
+    return _train(
+        tmp_path_factory,
+        "export-components-home",
+        ["model.qk_norm=true", "model.sliding_window=24", "model.tie_embeddings=true"],
+    )
+
+
+def _train(tmp_path_factory, name: str, overrides: list[str]) -> TrainedRun:
+    home = tmp_path_factory.mktemp(name)
     config = build_corpus_and_config(home, steps=6)
-    run_dir = home / "runs" / "gqa"
-    overrides = [f"run.dir='{run_dir}'", "model.n_kv_heads=2", "model.rope_theta=500000.0", "model.norm_eps=1e-6"]
-    overrides += ["model.hidden_dim=128", "optim.warmup_steps=0"]
+    run_dir = home / "runs" / "run"
+    overrides = [f"run.dir='{run_dir}'", "optim.warmup_steps=0", *overrides]
     command = [sys.executable, "-m", "trainer.train", "--config", str(config)]
     for override in overrides:
         command += ["--set", override]
@@ -58,10 +73,10 @@ def gqa_run(tmp_path_factory) -> TrainedRun:
     return TrainedRun(home, run_dir, checkpoint)
 
 
-@pytest.fixture(params=[pytest.param("demo", marks=pytest.mark.engine), "gqa"])  # the demo's run: torchrun
+@pytest.fixture(params=[pytest.param("demo", marks=pytest.mark.engine), "gqa", "components"])  # demo: torchrun
 def checkpoint(request) -> Path:
-    run = request.getfixturevalue("trained_run" if request.param == "demo" else "gqa_run")
-    return run.checkpoint
+    name = {"demo": "trained_run", "gqa": "gqa_run", "components": "components_run"}[request.param]
+    return request.getfixturevalue(name).checkpoint
 
 
 def _hf_model(folder: Path, dtype: torch.dtype = torch.float32):
@@ -258,18 +273,21 @@ def test_a_missing_or_half_written_checkpoint_is_refused_and_nothing_written(gqa
 
 @pytest.mark.slow
 def test_a_model_setting_without_a_llama_equivalent_is_refused_by_name(gqa_run, tmp_path):
-    """Every field of today's model has an equivalent in LlamaForCausalLM at every value its config
-    accepts, so nothing genuinely unsupported can be trained yet. The refusals are shown on real
-    checkpoints as they will meet them: a checkpoint of the model issue 33 brings, whose lineage
-    records a LayerNorm (``norm = "layernorm"``, which Llama's RMSNorm cannot compute), through the
-    command; and the table as it will be extended, a field without an entry and a field at a value
-    its entry refuses."""
+    """The refusals on real checkpoints: one whose lineage records a LayerNorm (``norm =
+    "layernorm"``, which the exported architectures' RMSNorm cannot compute), through the command,
+    refused before its weights are read; a checkpoint of a newer trainer, whose lineage has a field
+    the table does not know; and the table as it could be, a field at a value its entry refuses."""
     layernorm = _copy_checkpoint(
         gqa_run.checkpoint, tmp_path / "a", lambda lineage: lineage["config"]["model"].update(norm="layernorm")
     )
     error = _clear_error(run_factory("export", str(layernorm), "--output", str(tmp_path / "hf")))
-    assert "model.norm = 'layernorm'" in error and "nothing was exported" in error
-    assert _left_in(tmp_path) == ["a"]
+    assert "model.norm = 'layernorm' has no equivalent" in error and "nothing was exported" in error
+    newer = _copy_checkpoint(
+        gqa_run.checkpoint, tmp_path / "b", lambda lineage: lineage["config"]["model"].update(mixture_of_experts=8)
+    )
+    error = _clear_error(run_factory("export", str(newer), "--output", str(tmp_path / "hf")))
+    assert "model.mixture_of_experts = 8: the Hugging Face export does not know this field" in error
+    assert _left_in(tmp_path) == ["a", "b"]
 
     without_rope = {name: field for name, field in FIELDS.items() if name != "rope_theta"}
     with pytest.raises(InputError, match=r"model\.rope_theta = 500000\.0: the Hugging Face export does not know"):
@@ -277,7 +295,7 @@ def test_a_model_setting_without_a_llama_equivalent_is_refused_by_name(gqa_run, 
     no_gqa = {**FIELDS, "n_kv_heads": only(0, "this architecture has no grouped-query attention")}
     with pytest.raises(InputError, match=r"model\.n_kv_heads = 2 has no equivalent .*no grouped-query attention"):
         export_hf(gqa_run.checkpoint, tmp_path / "hf", fields=no_gqa)
-    assert _left_in(tmp_path) == ["a"]
+    assert _left_in(tmp_path) == ["a", "b"]
 
 
 @pytest.mark.slow
@@ -288,6 +306,60 @@ def test_a_full_disk_mid_export_leaves_nothing_half_written(gqa_run, tmp_path):
         error = _clear_error(run_factory("export", str(gqa_run.checkpoint), "--output", str(small / "hf")))
         assert "space" in error.lower()
         assert _left_in(small) == []
+
+
+# The exported variants, and the Hugging Face class that must compute each.
+EXPORTED = {
+    "default": ({}, "LlamaForCausalLM"),
+    "tied": ({"tie_embeddings": True}, "LlamaForCausalLM"),
+    "sliding_window": ({"sliding_window": 5}, "MistralForCausalLM"),
+    "qk_norm": ({"qk_norm": True}, "Qwen3ForCausalLM"),
+    "qk_norm_sliding_window_tied": ({"qk_norm": True, "sliding_window": 5, "tie_embeddings": True}, "Qwen3ForCausalLM"),
+}
+
+
+@pytest.mark.parametrize("variant", EXPORTED)
+def test_transformers_computes_each_exported_variant(variant, tmp_path):
+    """The config and weights export_hf writes, for a model whose every weight (norms' scales
+    included, which a wrong QK-norm order would then show) is random: transformers' class must
+    compute our logits over 24 tokens, past the window."""
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+
+    from evals.hf_export import hf_state_dict
+    from trainer.model import Transformer
+
+    components, architecture = EXPORTED[variant]
+    model = Transformer(ModelConfig(preset="tiny", n_kv_heads=2, vocab_size=97, max_seq_len=32, **components))
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.copy_(torch.randn(param.shape, generator=generator) * 0.3 + (1 if param.ndim == 1 else 0))
+    config = hf_config(model.cfg)
+    assert config["architectures"] == [architecture]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    save_file(hf_state_dict(model), tmp_path / "model.safetensors", metadata={"format": "pt"})
+    theirs = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32, local_files_only=True).eval()
+    assert type(theirs).__name__ == architecture
+    tokens = torch.randint(0, 97, (2, 24), generator=generator)
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(tokens).logits, model(tokens), **FP32_TOLERANCE)
+        if model.cfg.tie_embeddings:
+            assert theirs.lm_head.weight.data_ptr() == theirs.model.embed_tokens.weight.data_ptr()
+
+
+@pytest.mark.parametrize(
+    ("components", "refused"),
+    [
+        ({"norm": "layernorm"}, "model.norm = 'layernorm' has no equivalent"),
+        ({"feed_forward": "gelu"}, "model.feed_forward = 'gelu' has no equivalent"),
+        ({"feed_forward": "squared_relu"}, "model.feed_forward = 'squared_relu' has no equivalent"),
+        ({"positions": "none"}, "model.positions = 'none' has no equivalent"),
+    ],
+)
+def test_components_without_an_equivalent_are_refused_by_name(components, refused):
+    with pytest.raises(InputError, match=refused):
+        hf_config(ModelConfig(preset="tiny", vocab_size=97, max_seq_len=32, **components))
 
 
 def test_every_model_field_has_an_entry_and_a_documented_row():

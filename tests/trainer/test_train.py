@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import REPO, run_factory
 from tests.trainer.conftest import STEPS, TrainSetup, losses
+from tests.trainer.variants import COMPONENTS, overrides
 from trainer import checkpoint
 
 
@@ -103,6 +104,33 @@ def test_killed_run_resumes_bit_for_bit_and_on_another_world_size(setup, two_ran
     continued = losses(other)
     for step in (5, 6):
         assert continued[step] == pytest.approx(reference[step], rel=1e-4)
+
+
+@pytest.mark.slow  # two 2-rank launches a component, about 30 s on 2 cores
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_each_component_trains_under_fsdp_and_resumes_bit_for_bit(setup, component, tmp_path):
+    """Each swappable component, on 2 ranks with FSDP2: the run learns, dies after step 5 (its
+    newest checkpoint step 4), and resumed from step 4 it computes step 5 again to the same loss
+    and gradient norm, float for float, then finishes."""
+    sets = [arg for override in overrides(component) for arg in ("--set", override)]
+    run_dir = tmp_path / component
+    killed = torchrun(setup, run_dir, 2, *sets, env={"FACTORY_FAIL_AT": "after-step-5"})
+    assert killed.returncode != 0 and checkpoint.latest_checkpoint(run_dir)[0] == 4, killed.stderr[-4000:]
+    before = _train_records(run_dir)
+    assert [r["step"] for r in before] == [1, 2, 3, 4, 5]
+    resumed = torchrun(setup, run_dir, 2, "--resume", *sets)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    after = _train_records(run_dir)[len(before) :]
+    assert [r["step"] for r in after] == [5, 6]
+    assert (after[0]["loss"], after[0]["grad_norm"]) == (before[-1]["loss"], before[-1]["grad_norm"])
+    assert after[-1]["loss"] < before[0]["loss"]  # it learns
+    lineage = json.loads((run_dir / "checkpoints" / f"step-{STEPS}" / "lineage.json").read_text())
+    assert COMPONENTS[component].items() <= lineage["config"]["model"].items()
+
+
+def _train_records(run_dir: Path) -> list[dict]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in records if r["kind"] == "train"]
 
 
 @pytest.mark.slow
