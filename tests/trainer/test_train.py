@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import REPO, run_factory
 from tests.trainer.conftest import STEPS, TrainSetup, losses
-from tests.trainer.variants import COMPONENTS, overrides
+from tests.trainer.variants import COMBINED, overrides
 from trainer import checkpoint
 
 
@@ -106,12 +106,13 @@ def test_killed_run_resumes_bit_for_bit_and_on_another_world_size(setup, two_ran
         assert continued[step] == pytest.approx(reference[step], rel=1e-4)
 
 
-@pytest.mark.slow  # two 2-rank launches a component, about 30 s on 2 cores
-@pytest.mark.parametrize("component", COMPONENTS)
+@pytest.mark.slow  # two 2-rank launches a combination, about 30-60 s on 2 cores
+@pytest.mark.parametrize("component", COMBINED)
 def test_each_component_trains_under_fsdp_and_resumes_bit_for_bit(setup, component, tmp_path):
-    """Each swappable component, on 2 ranks with FSDP2: the run learns, dies after step 5 (its
-    newest checkpoint step 4), and resumed from step 4 it computes step 5 again to the same loss
-    and gradient norm, float for float, then finishes."""
+    """Every swappable component, on 2 ranks with FSDP2, in two models that between them set each
+    one apart from its default: the run learns, dies after step 5 (its newest checkpoint step 4),
+    and resumed from step 4 it computes step 5 again to the same loss and gradient norm, float for
+    float, then finishes."""
     sets = [arg for override in overrides(component) for arg in ("--set", override)]
     run_dir = tmp_path / component
     killed = torchrun(setup, run_dir, 2, *sets, env={"FACTORY_FAIL_AT": "after-step-5"})
@@ -125,7 +126,7 @@ def test_each_component_trains_under_fsdp_and_resumes_bit_for_bit(setup, compone
     assert (after[0]["loss"], after[0]["grad_norm"]) == (before[-1]["loss"], before[-1]["grad_norm"])
     assert after[-1]["loss"] < before[0]["loss"]  # it learns
     lineage = json.loads((run_dir / "checkpoints" / f"step-{STEPS}" / "lineage.json").read_text())
-    assert COMPONENTS[component].items() <= lineage["config"]["model"].items()
+    assert COMBINED[component].items() <= lineage["config"]["model"].items()
 
 
 def _train_records(run_dir: Path) -> list[dict]:
