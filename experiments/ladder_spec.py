@@ -19,7 +19,8 @@ steps as the base.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from experiments.ablation import BASE, SEED_KEY, AblationSpec, ablation_spec_fro
 from experiments.sweep_spec import read_spec, spec_hash, table
 from lakehouse.config_keys import refuse_unknown_keys
 from lakehouse.errors import ConfigError
-from trainer.config import Config, load_config
+from trainer.config import Config, ModelConfig, load_config, parse_override
 
 LADDER = "the ladder"
 STEPS_KEY = "train.steps"
@@ -86,11 +87,27 @@ def ladder_spec_from_dict(data: Mapping[str, Any]) -> LadderSpec:
 
 def default_sizes(ablation: AblationSpec) -> dict[str, dict[str, Any]]:
     """The base's width times SIZE_MULTIPLIERS, each rounded up to whole heads of an even size
-    (rotary embeddings pair a head's channels)."""
-    cfg = load_config(ablation.config, list(ablation.set)).model
+    (rotary embeddings pair a head's channels). Only the [model] section is read: a factory's run
+    config gets its data keys when the ablation runs, after its definition is checked."""
+    cfg = _model_config(ablation.config, ablation.set)
     step = 2 * cfg.n_heads
     widths = dict.fromkeys(step * -(-round(cfg.dim * m) // step) for m in SIZE_MULTIPLIERS)
     return {f"d{w}": {"model.dim": w} for w in widths}
+
+
+def _model_config(path: str, overrides: Sequence[str]) -> ModelConfig:
+    try:
+        model = dict(tomllib.loads(Path(path).read_text(encoding="utf-8")).get("model", {}))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read the base training config {path}: {exc}") from None
+    for text in overrides:
+        section, name, value = parse_override(text)
+        if section == "model":
+            model[name] = value
+    try:
+        return ModelConfig(**model)
+    except TypeError as exc:  # a key ModelConfig does not have
+        raise ConfigError(f"{path} [model]: {exc}") from None
 
 
 @dataclass(frozen=True)
