@@ -59,6 +59,8 @@ class SizeResult:
     def compute(self) -> str:
         """How this size compares: equal steps when the variant costs what the base does per step, else
         equal FLOPs as near as whole steps allow (the variant's steps and its FLOPs over the base's)."""
+        if math.isnan(self.flops_ratio):  # the base or the variant has no row at this size
+            return "-"
         if self.steps == self.base_steps and self.flops_ratio == 1:
             return "equal steps"
         return f"equal FLOPs: {self.steps} steps, x{self.flops_ratio:.3f}"
@@ -105,12 +107,18 @@ def analyse_ladder(rows: Sequence[Mapping[str, Any]]) -> list[LadderVerdict]:
         steps[key], flops[key], alpha = int(params[STEPS_KEY]), float(params["train_flops"]), float(params["alpha"])
         if row.get("metric") is not None:
             metric.setdefault(key, {})[int(params[SEED_KEY])] = row["metric"]
-    sizes = sorted({s for s, v in steps if v == BASE}, key=lambda s: flops[(s, BASE)])
+    # Every size any row names, smallest first: a size where the base or a variant has no row yet
+    # (an interrupted ladder) is there with its seeds missing, never silently left out.
+    any_flops = {size: f for (size, _), f in flops.items()}
+    sizes = sorted(any_flops, key=lambda size: flops.get((size, BASE), any_flops[size]))
     variants = sorted({v for _, v in steps} - {BASE})
-    return [_verdict(v, [_size(s, v, metric, steps, flops, alpha) for s in sizes if (s, v) in steps]) for v in variants]
+    return [_verdict(v, [_size(s, v, metric, steps, flops, alpha) for s in sizes]) for v in variants]
 
 
 def _size(size: str, variant: str, metric, steps, flops, alpha: float) -> SizeResult:
+    if (size, BASE) not in steps or (size, variant) not in steps:
+        return SizeResult(size, steps.get((size, variant), 0), steps.get((size, BASE), 0), math.nan,
+                          flops.get((size, BASE), math.nan), (), (), (), None, None, MISSING)  # fmt: skip
     base_seeds, seeds = metric.get((size, BASE), {}), metric.get((size, variant), {})
     paired = sorted(set(base_seeds) & set(seeds))
     base, values = [base_seeds[s] for s in paired], [seeds[s] for s in paired]

@@ -153,6 +153,9 @@ def test_the_verdict_needs_the_same_answer_beyond_noise_at_every_size():
     one_seed = _ladder({"s": [5.0, 5.0, 5.0], "m": [5.0, 5.0, 5.0], "l": [5.0]})  # the others failed
     assert one_seed.sizes[2].outcome == MISSING and one_seed.verdict == INCONCLUSIVE
     assert "fewer than two paired seeds at l" in one_seed.reason
+    unfinished = _ladder({"s": BASES["s"], "m": BASES["m"]})  # the variant has no row at l yet
+    assert [r.outcome for r in unfinished.sizes] == [NOISE, NOISE, MISSING] and unfinished.verdict == INCONCLUSIVE
+    assert unfinished.sizes[2].compute == "-"
 
 
 lake = lake_fixture("ladder-home")
