@@ -26,6 +26,8 @@ def test_a_declared_ladder_is_checked_as_a_ladder(tmp_path):
     assert definition.experiments["arch"].spec["ladder"] == {
         "sizes": {"narrow": {"model.dim": 64}, "wide": {"model.dim": 128}}
     }
+    defaults = load_definition(two_sources(tmp_path, extra=LADDER % "[experiments.ablations.arch.ladder]"))
+    assert defaults.experiments["arch"].spec["ladder"] == {}  # the default sizes: the run's width x1, x1.5, x2
     one_size = '[experiments.ablations.arch.ladder.sizes]\nnarrow = { "model.dim" = 64 }'
     with pytest.raises(ConfigError, match=r"experiments\.ablations\.arch: the ladder: give two sizes at least"):
         load_definition(two_sources(tmp_path, extra=LADDER % one_size))
