@@ -1,7 +1,7 @@
 """The ablation ladder's false-positive rate: how often a variant identical to the base comes out
 other than ``inconclusive`` when it is trained on other seeds than the base's.
 
-    python benchmarks/experiments/ladder_fpr.py --seeds 16 --num-cpus 2
+    python benchmarks/experiments/ladder_fpr.py --seeds 24 --num-cpus 2
 
 In a ladder an identical variant is trained on the base's own seeds and is the same run bit for
 bit: its differences are zero and it is never adopted nor rejected (tests/experiments/test_ladder.py).
@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=16, help="runs of the base per size")
+    parser.add_argument("--seeds", type=int, default=24, help="runs of the base per size")
     parser.add_argument("--per-ladder", type=int, default=2, help="seeds per ladder (as a ladder spec's `seeds`)")
     parser.add_argument("--widths", default="32,48", help="the sizes: model.dim of each")
     parser.add_argument("--steps", type=int, default=6, help="train.steps of every run")
