@@ -162,3 +162,15 @@ def test_the_nav_and_home_link_the_rollouts(client, rl_home):
     home = client.get("/").text
     assert '<a href="/rollouts">rollouts</a>' in home.split("</header>")[0]
     assert 'href="/rollouts"' in home.split('id="inspect-links"')[1].split("</ul>")[0]
+
+
+def test_the_load_benchmark_finds_the_rollouts_pages_only_where_there_are_rollouts(client, factory_home, monkeypatch):
+    from benchmarks.ui.load import SAMPLES, discover
+
+    monkeypatch.setenv("FACTORY_HOME", str(factory_home))  # discover() sets it: restored after the test
+    assert not {"rollouts", "rollout"} & set(discover(factory_home))
+    make_rl_home(factory_home, Sources(None, [factory_home]).catalog)
+    pages = discover(factory_home)
+    assert len(pages["rollout"]) == SAMPLES and any("kind=heldout" in url for url in pages["rollouts"])
+    for url in pages["rollouts"] + pages["rollout"]:
+        assert client.get(url).status_code == 200, url
