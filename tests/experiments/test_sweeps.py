@@ -188,7 +188,7 @@ def test_the_ablation_noise_test_flags_a_real_difference_and_not_a_rerun_of_the_
         seeds=3,
         variants={"lr-100x-smaller": {"optim.lr": 0.0001}, "base-again": {"optim.lr": 0.01}},
     )
-    outcome, reports = run_ablation(spec, num_cpus=2)
+    outcome, reports = run_ablation(spec, num_cpus=4)
     assert len(outcome.rows) == 9 and all(r["status"] == "completed" for r in outcome.rows)
     by_name = {r.variant: r for r in reports}
     print(format_ablation(reports, spec.alpha))
