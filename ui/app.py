@@ -31,6 +31,7 @@ from ui import documents, inspection, quarantine
 from ui.evals import ladders, run_evals, trials
 from ui.generation import GenerationSettings
 from ui.graph import NODE_H, NODE_W, snapshot_graph, snapshot_href
+from ui.rl_lineage import rl_lineage
 from ui.runs import curves, read_metrics, result_curves
 from ui.sources import BadRequest, NotFound, Sources, checkpoint_dirs, read_json
 from ui.tables import table_rows
@@ -201,6 +202,7 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
             run=run,
             step=int(step),
             lineage=lineage,
+            rl=rl_lineage(sources, lineage),
             path=step_dir,
             decisions=shaped,
             decisions_not_found=not_found,

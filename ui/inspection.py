@@ -1,5 +1,5 @@
 """The inspection pages, registered on the app in one call: the playground, eval samples and the
-comparison of two checkpoints, and blind ratings with their leaderboard."""
+comparison of two checkpoints, blind ratings with their leaderboard, and RL runs' rollouts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 
-from ui import playground, ratings, sample_pages
+from ui import playground, ratings, rollout_pages, sample_pages
 from ui.forms import Csrf
 from ui.generation import GenerationPool, GenerationSettings
 from ui.sources import Sources
@@ -19,3 +19,4 @@ def register(app: FastAPI, sources: Sources, page: Callable[..., HTMLResponse], 
     playground.register(app, sources, page, csrf, GenerationPool(settings))
     sample_pages.register(app, sources, page)
     ratings.register(app, sources, page, csrf)
+    rollout_pages.register(app, sources, page)

@@ -144,8 +144,13 @@ def list_samples(table: Table, filters: Filters, page_no: int) -> Page:
 def _list_page(table: Table, filters: Filters, page_no: int) -> Page:
     rows = table.scan(row_filter=filters.expression(), selected_fields=LIST_COLUMNS).to_arrow().to_pylist()
     rows.sort(key=lambda r: (r["run_id"], r["step"], r["suite"], task_order(r["task_id"]), r["sample_index"]))
-    pages = max(1, -(-len(rows) // PAGE_SIZE))
-    return Page(rows[page_no * PAGE_SIZE : (page_no + 1) * PAGE_SIZE], len(rows), page_no, pages)
+    return page_of(rows, page_no, PAGE_SIZE)
+
+
+def page_of(rows: list[dict[str, Any]], page_no: int, size: int) -> Page:
+    """Page ``page_no`` of ``rows``, ``size`` rows a page."""
+    pages = max(1, -(-len(rows) // size))
+    return Page(rows[page_no * size : (page_no + 1) * size], len(rows), page_no, pages)
 
 
 @memo(128, key=lambda table, sample_id: hashkey(table.metadata_location, sample_id))

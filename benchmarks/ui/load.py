@@ -5,7 +5,8 @@ Each page type (home, a table, a pinned snapshot and its lineage graph, a snapsh
 a page of documents, a document, a search, clusters, a cluster, quarantine, a quarantined
 document, a manifest, a run, a checkpoint, eval results, sweeps, decisions, a decision; and the
 inspection pages: eval samples filtered by run, checkpoint, suite, task and pass/fail, a single
-sample, two checkpoints compared, a blind rating's pair, the leaderboard, the playground's form)
+sample, two checkpoints compared, a blind rating's pair, the leaderboard, the playground's form;
+an RL run's rollouts filtered and a single rollout, where the home has ``rl.rollouts``)
 has the URLs the home holds for it (every table, snapshot, checkpoint, several pages, documents
 and samples); the requests take the types in turn, and each type its URLs in turn.
 ``--clients`` threads, each with its own keep-alive connection, take the next request as soon as
@@ -164,6 +165,7 @@ def discover(home: Path) -> dict[str, list[str]]:
     pages["sweeps"] += ["/sweeps", "/sweeps?sort=final_loss"]
     pages["decisions"] += ["/decisions", "/decisions?kind=refinement-gate"]
     _inspection_pages(catalog, sources, pages)
+    _rollout_pages(catalog, pages)
     return {kind: urls for kind, urls in pages.items() if urls}
 
 
@@ -206,6 +208,25 @@ def _inspection_pages(catalog, sources, pages: dict[str, list[str]]) -> None:
     pages["leaderboard"].append("/ratings/leaderboard")
 
 
+def _rollout_pages(catalog, pages: dict[str, list[str]]) -> None:
+    """An RL run's rollouts filtered by run, kind, step and outcome, and single rollouts, from
+    ``rl.rollouts``; none where the home has no RL run."""
+    if not catalog.table_exists(("rl", "rollouts")):
+        return
+    table = catalog.load_table(("rl", "rollouts"))
+    if table.current_snapshot() is None:
+        return
+    columns = ("rollout_id", "run_id", "kind", "step", "outcome")
+    rows = sorted(table.scan(selected_fields=columns).to_arrow().to_pylist(), key=lambda r: r["rollout_id"])
+    run, steps = _q(rows[0]["run_id"]), sorted({r["step"] for r in rows})
+    listed = ["/rollouts", "/rollouts?page_no=1", f"/rollouts?run={run}", f"/rollouts?run={run}&kind=heldout"]
+    listed += [f"/rollouts?run={run}&step={s}" for s in (steps[0], steps[len(steps) // 2], steps[-1])]
+    listed += [f"/rollouts?outcome={_q(o)}" for o in sorted({r["outcome"] for r in rows})[:3]]
+    pages["rollouts"] += listed
+    step = max(1, len(rows) // SAMPLES)
+    pages["rollout"] += [f"/rollouts/{_q(rows[i]['rollout_id'])}" for i in range(0, len(rows), step)]
+
+
 def _q(value: object) -> str:
     """A query value or path segment, every reserved character escaped (checkpoints are paths)."""
     return quote(str(value), safe="")
@@ -236,6 +257,8 @@ PAGE_TYPES = (
     "blind rating",
     "leaderboard",
     "playground",
+    "rollouts",
+    "rollout",
 )
 
 

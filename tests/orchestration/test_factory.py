@@ -49,11 +49,14 @@ TINY = ["train.steps=4", "eval.every=4", "eval.batches=1", "checkpoint.every=4",
 # The gate's proxies train a little longer: 8 steps tell half-noise data from clean data by far.
 PROXY = ["train.steps=8", "eval.every=8", "eval.batches=1", "checkpoint.every=8", "data.global_batch_size=4",
          "data.seq_len=64", "data.num_shards=1", "optim.warmup_steps=2"]  # fmt: skip
+# Each search proxy reserves half a Ray CPU, so 4 run at once on the 2 a 2-core machine's Ray has:
+# a proxy this small spends a good part of its time starting processes (Ray's worker, torchrun,
+# the rank) and waiting on them, which overlap.
 DEFINITION = f"""
 [mixtures.searched]
 components = ["code", "web"]
 heldout_documents = 4
-search = {{ config = "{DEMO_TRAIN}", trials = 6, set = {json.dumps(TINY)}, candidates = 200, top = 20 }}
+search = {{ config = "{DEMO_TRAIN}", trials = 6, set = {json.dumps(TINY)}, candidates = 200, top = 20, resources = {{ cpus = 0.5 }} }}
 
 [runs.small]
 config = "{DEMO_TRAIN}"

@@ -11,6 +11,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.ui.inspected import SUITE, XSS
+from tests.ui.paging import page_through
 from ui import samples
 from ui.app import create_app
 from ui.samples import task_order
@@ -73,15 +74,7 @@ def test_samples_are_filtered_by_run_checkpoint_suite_task_and_verdict(client, s
 def test_samples_page_through_keeping_their_filters(client, samples_home, monkeypatch):
     monkeypatch.setattr(samples, "PAGE_SIZE", 3)
     failed = in_order([r for r in samples_home.rows if r["passed"] is False])
-    seen, url = [], "/samples?verdict=fail"
-    while url:
-        page = client.get(url)
-        assert page.status_code == 200
-        seen += listed(page.text)
-        found = re.search(r'<a id="next" href="([^"]*)">', page.text)
-        url = html.unescape(found.group(1)) if found else None
-        if url:
-            assert parse_qs(urlsplit(url).query)["verdict"] == ["fail"]
+    seen = page_through(client, "/samples?verdict=fail", listed, {"verdict": "fail"})
     assert seen == failed and len(failed) > 3
     for bad, says in (("verdict=maybe", "verdict must be one of pass, fail, unjudged"), ("page_no=-1", "page_no")):
         refused = client.get(f"/samples?{bad}")
