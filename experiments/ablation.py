@@ -53,7 +53,8 @@ from trainer.tracking import metric_values
 
 BASE = "base"
 SEED_KEY = "run.seed"
-_SPEC_KEYS = {"name", "config", "seeds", "set", "target", "nproc", "resources", "variants", "alpha"}
+# ``ladder``: the sizes of `factory ablate --ladder` (experiments/ladder_spec.py); a plain ablation runs at the base's size.
+_SPEC_KEYS = {"name", "config", "seeds", "set", "target", "nproc", "resources", "variants", "alpha", "ladder"}
 ABLATION = "the ablation spec"
 
 

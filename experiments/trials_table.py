@@ -28,7 +28,7 @@ STATUSES = ("completed", "stopped", "failed")
 TRIALS_SCHEMA = Schema(
     NestedField(1, "sweep_id", StringType(), required=True, doc="the sweep, ablation or mixture search"),
     NestedField(2, "trial_id", StringType(), required=True, doc="Ray Tune's trial id, unique in the sweep"),
-    NestedField(3, "kind", StringType(), required=True, doc="sweep, ablate or mix-search"),
+    NestedField(3, "kind", StringType(), required=True, doc="sweep, ablate, ladder or mix-search"),
     NestedField(4, "params", StringType(), required=True, doc="JSON object: the trial's config keys and values"),
     NestedField(5, "run_dir", StringType(), required=True, doc="the trial's training run directory"),
     NestedField(6, "manifest_fingerprint", StringType(), required=False, doc="the manifest it trained on"),

@@ -5,7 +5,10 @@ An ablation declared in the definition runs once per base: its run's declared tr
 run's config, runs it; nothing else does. It trains on the run's current mixture. Its verdict is
 a decision: ``adopted`` when a variant beats the base beyond seed noise (the lowest mean of those
 that do) and adoption is on; ``winner`` when one does but adoption is off; ``rejected`` when
-every variant is worse beyond seed noise; ``inconclusive`` otherwise.
+every variant is worse beyond seed noise; ``inconclusive`` otherwise. An ablation declared with a
+``[ladder]`` runs as a ladder (``experiments.ladder``): a variant wins only when the ladder adopts
+it (better beyond seed noise at every size), the largest gain at the largest size first, and
+``rejected`` needs the ladder to reject every variant.
 
 An adopted variant's keys become ``--set`` overrides of the run's next training run (a new run
 folder: the one in progress keeps its config) for as long as the ablation stays declared and the
@@ -24,7 +27,7 @@ import tomlkit
 from experiments.sweep_spec import toml_literal
 from lakehouse.decisions import decision_id, find_decision, new_decision, read_decisions, record_decision
 from lakehouse.faults import maybe_fail
-from orchestration.ablations import run_ablation
+from orchestration.ablations import run_ablation, run_ladder
 from orchestration.commands import run_factory
 from orchestration.definition import Experiment, FactoryDefinition, Run
 from orchestration.keys import TOKENIZER, experiment_key, mixture_key
@@ -33,6 +36,7 @@ from orchestration.locks import exclusive
 from orchestration.state import catalog
 
 KIND = "ablation"
+LADDER_KEY = "ladder"  # an ablation declared with it runs as a ladder (`factory ablate --ladder`)
 
 
 def experiment_inputs(definition: FactoryDefinition, experiment: Experiment) -> dict[str, Any]:
@@ -88,7 +92,32 @@ def decide(context: dg.AssetExecutionContext, definition: FactoryDefinition, exp
     run = definition.runs[experiment.run]
     spec = {**experiment.spec, "name": f"ablate-{experiment.name}", "config": run.config}
     spec["set"] = [*run.set, *experiment.spec.get("set", []), *_data_overrides(definition, run)]
-    outcome = run_ablation(context, spec, experiment_folder(definition, experiment.name))
+    folder, adopt = experiment_folder(definition, experiment.name), definition.policies.ablation_adoption
+    if LADDER_KEY in experiment.spec:
+        verdict, best, text, evidence = _ladder(context, spec, folder, adopt)
+    else:
+        verdict, best, text, evidence = _one_size(context, spec, folder, adopt)
+    before = {"run": run.name, "overrides": adopted_overrides(definition, run)[0]}
+    after = before
+    reason = text
+    if best is not None:
+        reason = f"{text} beats the base beyond seed noise; adoption is off"
+        if verdict == "adopted":
+            changes = [f"{k}={toml_literal(v)}" for k, v in experiment.spec["variants"][best].items()]
+            after = {"run": run.name, "overrides": [*before["overrides"], *changes]}
+            reason = f"{text} beats the base beyond seed noise: run {run.name}'s next run takes it"
+    row = new_decision(
+        definition.name, KIND, experiment.name, verdict, reason, inputs=inputs, evidence=evidence, before=before,
+        after=after, orchestrator_run=context.run.run_id,
+    )  # fmt: skip
+    maybe_fail("ablation-before-record")
+    record_decision(catalog(), row)
+    return row
+
+
+def _one_size(context: dg.AssetExecutionContext, spec: dict, folder: Path, adopt: bool) -> tuple:
+    """(verdict, the winning variant or None, the winner shown or the reason, evidence) of an ablation."""
+    outcome = run_ablation(context, spec, folder)
     reports = outcome.reports[1:]
     evidence = {
         "sweep_id": outcome.ablation_id,
@@ -99,28 +128,40 @@ def decide(context: dg.AssetExecutionContext, definition: FactoryDefinition, exp
             for r in reports
         ],
     }
-    before = {"run": run.name, "overrides": adopted_overrides(definition, run)[0]}
-    verdict, best = ablation_verdict(reports, definition.policies.ablation_adoption)
-    after = before
+    verdict, best = ablation_verdict(reports, adopt)
     if best is None:
-        reason = {
+        text = {
             "rejected": "every variant is worse than the base beyond seed noise",
             "inconclusive": "no variant beats the base beyond seed noise",
         }[verdict]
-    else:
-        shown = f"{best.variant} {best.difference:+.4f} (p {best.p_value:.3g})"
-        reason = f"{shown} beats the base beyond seed noise; adoption is off"
-        if verdict == "adopted":
-            changes = [f"{k}={toml_literal(v)}" for k, v in experiment.spec["variants"][best.variant].items()]
-            after = {"run": run.name, "overrides": [*before["overrides"], *changes]}
-            reason = f"{shown} beats the base beyond seed noise: run {run.name}'s next run takes it"
-    row = new_decision(
-        definition.name, KIND, experiment.name, verdict, reason, inputs=inputs, evidence=evidence, before=before,
-        after=after, orchestrator_run=context.run.run_id,
-    )  # fmt: skip
-    maybe_fail("ablation-before-record")
-    record_decision(catalog(), row)
-    return row
+        return verdict, None, text, evidence
+    return verdict, best.variant, f"{best.variant} {best.difference:+.4f} (p {best.p_value:.3g})", evidence
+
+
+def _ladder(context: dg.AssetExecutionContext, spec: dict, folder: Path, adopt: bool) -> tuple:
+    """As ``_one_size``, for an ablation declared with a ``[ladder]`` (`factory ablate --ladder`)."""
+    outcome = run_ladder(context, spec, folder)
+    verdict, best = ladder_decision(outcome.verdicts, adopt)
+    if best is None:
+        text = "; ".join(f"{v.variant}: {v.verdict}, {v.reason}" for v in outcome.verdicts)
+        return verdict, None, text, outcome.evidence()
+    largest = best.sizes[-1]
+    shown = f"{best.variant} {largest.difference:+.4f} at {largest.size} (p {largest.p_value:.3g}), at every size"
+    return verdict, best.variant, shown, outcome.evidence()
+
+
+def ladder_decision(verdicts: list, adopt: bool) -> tuple[str, Any]:
+    """(verdict, the winning variant's LadderVerdict or None) from a ladder's verdicts: of the variants
+    the ladder adopts, the one with the largest gain at the largest size wins; ``rejected`` when the
+    ladder rejects every variant; ``inconclusive`` otherwise."""
+    from experiments.ladder import ADOPT, REJECT
+
+    winners = sorted((v for v in verdicts if v.verdict == ADOPT), key=lambda v: v.sizes[-1].difference)
+    if winners:
+        return ("adopted" if adopt else "winner"), winners[0]
+    if verdicts and all(v.verdict == REJECT for v in verdicts):
+        return "rejected", None
+    return "inconclusive", None
 
 
 def ablation_verdict(reports: list, adopt: bool) -> tuple[str, Any]:

@@ -54,7 +54,7 @@ SEARCH_KEYS = {"config", "trials", "seed", "set", "target", "nproc", "resources"
 RUN_KEYS = {"config", "mixture", "nproc", "set"}
 EVAL_KEYS = {"suites", "runs", "cadence", "every", "limit", "samples"}
 EXPERIMENT_KEYS = {"ablations", "sweeps"}
-ABLATION_KEYS = {"run", "seeds", "set", "target", "nproc", "resources", "variants", "alpha"}
+ABLATION_KEYS = {"run", "seeds", "set", "target", "nproc", "resources", "variants", "alpha", "ladder"}
 SWEEP_KEYS = {"run", "method", "samples", "seed", "nproc", "set", "target", "resources", "asha", "space"}
 POLICY_KEYS = {"refinement_gate", "mixture_redetermination", "ablation_adoption"}
 GATE_KEYS = {"enabled", "promote", "seeds", "alpha", "config", "set", "nproc", "resources", "target",
@@ -200,11 +200,13 @@ def _experiments(data: Any, runs: Mapping[str, Run]) -> dict[str, Experiment]:
 def _check_experiment_spec(kind: str, name: str, spec: Mapping[str, Any], run: Run, key: str) -> None:
     """The spec's keys, checked by the ablation's or sweep's own validation."""
     from experiments.ablation import ablation_spec_from_dict
+    from experiments.ladder_spec import ladder_spec_from_dict
     from experiments.sweep_spec import sweep_spec_from_dict
 
     full = {**{k: v for k, v in spec.items() if k != "run"}, "name": name, "config": run.config}
+    check_spec = ladder_spec_from_dict if "ladder" in spec else ablation_spec_from_dict
     try:
-        (ablation_spec_from_dict if kind == "ablation" else sweep_spec_from_dict)(full)
+        (check_spec if kind == "ablation" else sweep_spec_from_dict)(full)
     except FactoryError as exc:
         raise ConfigError(f"{key}: {exc}") from None
 

@@ -83,6 +83,14 @@ def test_ablation_spec_keys_are_documented():
     assert sweep_spec.COMPONENT_PREFIX in text and sweep_spec.MIXTURE_PREFIX in text and ablation.SEED_KEY in text
 
 
+def test_ablation_ladder_keys_are_documented():
+    from experiments import ladder_spec
+
+    names = documented(section("experiments.md", "## The ablation ladder"))
+    keys = {f"ladder.{key}.<name>" for key in ladder_spec._LADDER_KEYS}
+    assert not undocumented(keys, names), f"docs/experiments.md#the-ablation-ladder lacks {undocumented(keys, names)}"
+
+
 def test_mixture_search_spec_keys_are_documented():
     names = documented(section("experiments.md", "## The mixture-search spec"))
     keys = mixture_search._SPEC_KEYS | RESOURCES
@@ -152,6 +160,7 @@ def test_factory_definition_keys_are_documented():
     [
         (["sweep"], "experiments.md#the-sweep-spec"),
         (["ablate"], "experiments.md#the-ablation-spec"),
+        (["ablate"], "experiments.md#the-ablation-ladder"),
         (["mix", "search"], "experiments.md#the-mixture-search-spec"),
         (["mix", "pin"], "loader.md#the-mixture-spec-key-by-key"),
         (["filter"], "jobs.md#the-filter-config-key-by-key"),

@@ -28,7 +28,7 @@ from lakehouse.refs import parse_identifier
 from ui import clusters as cluster_pages
 from ui import decisions as decision_pages
 from ui import documents, inspection, quarantine
-from ui.evals import run_evals, trials
+from ui.evals import ladders, run_evals, trials
 from ui.generation import GenerationSettings
 from ui.graph import NODE_H, NODE_W, snapshot_graph, snapshot_href
 from ui.rl_lineage import rl_lineage
@@ -233,7 +233,8 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
     def sweeps_page(sort: str = "", sweep: str = ""):
         found = trials(sources, sort, sweep)
         run_keys = {str(run.path): run.key for run in sources.runs()}
-        return page("sweeps.html", found=found, sort=sort, sweep=sweep, run_keys=run_keys)
+        found_ladders = ladders(found[1]) if found else {}
+        return page("sweeps.html", found=found, sort=sort, sweep=sweep, run_keys=run_keys, ladders=found_ladders)
 
     @app.get("/decisions", response_class=HTMLResponse)
     def decisions_page(kind: str = "", subject: str = ""):

@@ -5,6 +5,7 @@ kept per the table's metadata file (ui/cache.py): the first request after a comm
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 from cachetools.keys import hashkey
@@ -86,3 +87,20 @@ def _trials(table: Table, sort: str, sweep: str) -> tuple[list[str], dict[str, l
     for row in rows:
         by_sweep.setdefault(str(row.get("sweep_id")), []).append(row)
     return data.column_names, by_sweep
+
+
+def ladders(by_sweep: dict[str, list[dict]]) -> dict[str, list | str]:
+    """The verdicts of each sweep that is an ablation ladder (``factory ablate --ladder``: every row of
+    kind ``ladder``), from its rows as ``experiments.ladder`` reads them; a sentence instead where
+    its rows lack what a ladder's hold."""
+    from experiments.ladder import KIND, analyse_ladder
+
+    found: dict[str, list | str] = {}
+    for sweep_id, rows in by_sweep.items():
+        if not rows or any(r.get("kind") != KIND for r in rows):
+            continue
+        try:
+            found[sweep_id] = analyse_ladder([{**r, "params": json.loads(r["params"] or "{}")} for r in rows])
+        except (KeyError, TypeError, ValueError) as exc:
+            found[sweep_id] = f"its rows are not a ladder's ({type(exc).__name__}: {exc})"
+    return found
