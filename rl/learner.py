@@ -25,7 +25,6 @@ would have gone.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import dataclasses
@@ -44,9 +43,8 @@ from torch import nn
 from evals.checkpoint_model import LoadedCheckpoint, load_checkpoint
 from evals.generate import generate_tokens, prompt_tokens
 from lakehouse.catalog import load_catalog
-from lakehouse.errors import ConfigError, FactoryError
+from lakehouse.errors import ConfigError
 from lakehouse.faults import maybe_fail
-from lakehouse.storage_errors import storage_error
 from lakehouse.version import code_version
 from rl.grpo import group_advantages, grpo_loss, token_logprobs
 from rl.rollouts_table import RolloutRecorder, rollout_row
@@ -55,7 +53,8 @@ from rl.task_source import Task, TaskSource, load_task_source
 from rl.train_config import RLConfig, load_rl_config
 from trainer import checkpoint
 from trainer.metrics import MetricsLog
-from trainer.parallel import World, all_reduce_sum, apply_fsdp, compute_dtype, init_world, shutdown
+from trainer.parallel import World, all_reduce_sum, apply_fsdp, compute_dtype
+from trainer.rank_main import rank_main
 from trainer.schedule import warmup_cosine
 from trainer.train import clip_gradients
 
@@ -488,32 +487,13 @@ def run_id(cfg: RLConfig, start: LoadedCheckpoint) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rl.learner", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="RL training config (TOML)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a value")
-    parser.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
-    args = parser.parse_args(argv)
-    try:
-        cfg = load_rl_config(args.config, args.set)
-        world = init_world()
-    except FactoryError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        cfg.check_world(world.size)
-        train(cfg, world, resume=args.resume)
-    except FactoryError as exc:
-        print(f"error (rank {world.rank}): {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # a full disk or a read-only run directory: said plainly
-        error = storage_error(exc)
-        if error is None:
-            raise
-        print(f"error (rank {world.rank}): {error}", file=sys.stderr)
-        return 2
-    finally:
-        shutdown(world)
-    return 0
+    return rank_main(
+        "rl.learner",
+        __doc__.split("\n\n")[0],
+        load_rl_config,
+        lambda cfg, world, resume: train(cfg, world, resume=resume),
+        argv,
+    )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ of ranks. Without torchrun it runs as one plain, unsharded process.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import resource
@@ -20,9 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lakehouse.errors import FactoryError
 from lakehouse.faults import maybe_fail
-from lakehouse.storage_errors import storage_error
 from lakehouse.version import code_version
 from streaming_loader.loader import IGNORE_INDEX, StreamingLoader
 from trainer import checkpoint
@@ -30,7 +27,8 @@ from trainer.config import Config, load_config
 from trainer.data import build_eval_loader, build_loader, lineage_base, merge_loader_states
 from trainer.metrics import MetricsLog, export_eval, export_step, serve_prometheus
 from trainer.model import Transformer
-from trainer.parallel import World, all_reduce_sum, apply_compile, apply_fsdp, compute_dtype, init_world, shutdown
+from trainer.parallel import World, all_reduce_sum, apply_compile, apply_fsdp, compute_dtype
+from trainer.rank_main import rank_main
 from trainer.schedule import warmup_cosine
 from trainer.tracking import TrainingTracker, checkpoint_tags, run_params, run_tags, tracking_uri
 
@@ -275,32 +273,13 @@ def lineage_record(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="trainer.train", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="training config (TOML)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a value")
-    parser.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
-    args = parser.parse_args(argv)
-    try:
-        cfg = load_config(args.config, args.set)
-        world = init_world()
-    except FactoryError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        cfg.check_world(world.size)
-        train(cfg, world, resume=args.resume)
-    except FactoryError as exc:
-        print(f"error (rank {world.rank}): {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # a full disk or a read-only run directory (also inside DCP's errors): said plainly
-        error = storage_error(exc)
-        if error is None:
-            raise
-        print(f"error (rank {world.rank}): {error}", file=sys.stderr)
-        return 2
-    finally:
-        shutdown(world)
-    return 0
+    return rank_main(
+        "trainer.train",
+        __doc__.split("\n\n")[0],
+        load_config,
+        lambda cfg, world, resume: train(cfg, world, resume=resume),
+        argv,
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,49 @@
+"""The entry point of one torchrun rank: read the config, join the world, train, and turn what a
+user can fix into ``error: …`` and exit 2 (``trainer.train`` and ``rl.learner`` share it)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from lakehouse.errors import FactoryError
+from lakehouse.storage_errors import storage_error
+from trainer.parallel import World, init_world, shutdown
+
+
+def rank_main(
+    prog: str,
+    description: str,
+    load: Callable[[str, list[str]], Any],
+    train: Callable[[Any, World, bool], None],
+    argv: list[str] | None = None,
+) -> int:
+    """``load(config, sets)`` gives a config with ``check_world(size)``; ``train(cfg, world, resume)``."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--config", required=True, help="the config (TOML)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a value")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load(args.config, args.set)
+        world = init_world()
+    except FactoryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        cfg.check_world(world.size)
+        train(cfg, world, args.resume)
+    except FactoryError as exc:
+        print(f"error (rank {world.rank}): {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a full disk or a read-only run directory (also inside DCP's errors): said plainly
+        error = storage_error(exc)
+        if error is None:
+            raise
+        print(f"error (rank {world.rank}): {error}", file=sys.stderr)
+        return 2
+    finally:
+        shutdown(world)
+    return 0
