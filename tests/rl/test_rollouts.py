@@ -4,9 +4,6 @@ rollouts running beside them."""
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import os
 import socket
 import sys
 import sysconfig
@@ -21,6 +18,7 @@ from rl.rollouts import MAX_COMPLETION_CHARS, score
 from rl.sandbox import Checkout
 from tests.conftest import REPO
 from tests.evals.test_sandbox import HOSTILE
+from tests.processes import descendants_running, subreaper
 from tests.rl.toy_repo import remove_toy_repository, task_of, toy_task, tree_digest, write_toy_repository
 
 CLAMP_TESTS = ["test_clamp_low", "test_clamp_high"]
@@ -140,10 +138,10 @@ def test_hostile_completions_score_0_and_reach_nothing(toy, tmp_path):
     before = tree_digest(toy)
     started = time.monotonic()
     try:
-        with _subreaper():
+        with subreaper():  # another session's rollouts are not this test's leftovers
             results = score([clamp] * len(completions), completions, workers=2, test_timeout=3)
             time.sleep(0.2)
-            leftover = _harness_processes()
+            leftover = descendants_running(b"/tmp/.rl/harness.py")
         listener.setblocking(False)
         try:
             listener.accept()[0].close()
@@ -204,36 +202,3 @@ def test_rollouts_run_on_ray_in_order(toy):
     finally:
         ray.shutdown()
     assert [r.reward for r in results] == [1.0, 0.5, 0.0] * 2
-
-
-@contextlib.contextmanager
-def _subreaper():
-    """This process adopts its orphaned descendants meanwhile (PR_SET_CHILD_SUBREAPER), so that a
-    sandboxed process that escaped its rollout would still be found among them."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(36, 1, 0, 0, 0)
-    try:
-        yield
-    finally:
-        libc.prctl(36, 0, 0, 0, 0)
-
-
-def _harness_processes() -> list[int]:
-    """This process's descendants running the harness (other sessions' rollouts are not ours)."""
-    parents, commands = {}, {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-                commands[int(entry.name)] = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found = []
-    for pid, command in commands.items():
-        ancestor = parents.get(pid)
-        while ancestor and ancestor != os.getpid():
-            ancestor = parents.get(ancestor)
-        if ancestor == os.getpid() and b"/tmp/.rl/harness.py" in command:
-            found.append(pid)
-    return found
