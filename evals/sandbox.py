@@ -213,8 +213,9 @@ def exit_reason(returncode: int | None, stderr: str, mode: str) -> str:
     return "memory" if last_line.startswith("MemoryError") else "error"
 
 
-def _command(mode: str, folder: Path, limits: Limits, uid: int | None) -> list[str]:
-    limited = [
+def prlimit(limits: Limits) -> list[str]:
+    """The ``prlimit`` command that runs what follows it under ``limits`` (no core files)."""
+    return [
         "prlimit",
         f"--cpu={limits.cpu_s}",
         f"--as={limits.memory_bytes}",
@@ -222,6 +223,12 @@ def _command(mode: str, folder: Path, limits: Limits, uid: int | None) -> list[s
         f"--fsize={limits.file_bytes}",
         "--core=0",
         "--",
+    ]
+
+
+def _command(mode: str, folder: Path, limits: Limits, uid: int | None) -> list[str]:
+    limited = [
+        *prlimit(limits),
         _python(mode),
         "-I",  # no environment variables, no user site, no script folder on the path
         "-S",  # no site-packages: generated code gets the standard library only

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evals.sandbox import SANDBOX_UID, Limits
+from evals.sandbox import SANDBOX_UID, Limits, prlimit
 from lakehouse.errors import MissingDependencyError
 
 HARNESS = Path(__file__).with_name("harness.py")
@@ -204,13 +204,7 @@ def _command(checkout: Checkout, folder: Path, overlay: Overlay | None, limits: 
     if overlay is not None:
         binds += ["--ro-bind", str(folder / "changed.py"), overlay.path]
     limited = [
-        "prlimit",
-        f"--cpu={limits.cpu_s}",
-        f"--as={limits.memory_bytes}",
-        f"--nproc={limits.processes}",
-        f"--fsize={limits.file_bytes}",
-        "--core=0",
-        "--",
+        *prlimit(limits),
         checkout.python,
         "-s",  # no user site
         "-P",  # no script folder on sys.path (-I would also drop PYTHONHASHSEED)
