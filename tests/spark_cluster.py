@@ -78,11 +78,12 @@ class StandaloneCluster:
             time.sleep(0.5)
 
     def state(self) -> dict:
-        """The Master's JSON status (workers, apps), or {} while it is not answering yet."""
+        """The Master's JSON status (workers, apps), or {} while it is not answering yet (a Master
+        still starting can answer with an empty body)."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as response:
                 return json.load(response)
-        except OSError:
+        except (OSError, ValueError):
             return {}
 
     def executor_dirs(self, worker: int) -> list[Path]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import os
 import queue
 import re
@@ -279,6 +280,9 @@ class TrainingTracker:
         self._run_id: str | None = None
         self._owned = False  # this process made (or resumed) the run, so it ends it
         self._failed = False
+        # For a continued run: the last step each metric already has there. A run killed after its
+        # last checkpoint logged steps that the resumed training computes (and logs) again.
+        self._recorded: dict[str, float] | None = None
         self._thread = threading.Thread(target=self._work, name="mlflow-tracker", daemon=True)
         self._thread.start()
 
@@ -347,6 +351,7 @@ class TrainingTracker:
                 Metric(key, value, round(stamp * 1000), step)
                 for step, values, stamp in payloads
                 for key, value in values.items()
+                if step > self._last_recorded_step(client, key)
             ]
             for start in range(0, len(batch), MAX_METRICS):
                 client.log_batch(self._run_id, metrics=batch[start : start + MAX_METRICS])
@@ -360,6 +365,7 @@ class TrainingTracker:
         run_id = os.environ.get("MLFLOW_RUN_ID")  # MLflow's own way to say "log into this run"
         self._owned = not run_id
         run = client.get_run(run_id) if run_id else recorded_run(client, self.run_dir, self.uri)
+        continued = run is not None
         if run is not None:
             if self._owned:
                 client.update_run(run.info.run_id, status="RUNNING")
@@ -368,6 +374,7 @@ class TrainingTracker:
             experiment_id = ensure_experiment(client, experiment_name(experiment, self.run_dir), self.uri)
             run = client.create_run(experiment_id, run_name=self.run_dir.name, tags=tags)
         self._run_id = run.info.run_id
+        self._recorded = {} if continued else None
         known = run.data.params
         new = [Param(k, v) for k, v in params.items() if k not in known]
         for start in range(0, len(new), MAX_PARAMS):
@@ -379,6 +386,17 @@ class TrainingTracker:
             )
         self._reference = write_record(self.run_dir, self.uri, client, run)
         self._settled.set()
+
+    def _last_recorded_step(self, client: Any, key: str) -> float:
+        """The last step at which the continued run already holds ``key`` (-inf for a new run):
+        steps a resumed training repeats are not logged twice. Its resume is exact, so the values
+        already there are the ones it would log."""
+        if self._recorded is None:
+            return -math.inf
+        if key not in self._recorded:
+            steps = [m.step for m in client.get_metric_history(self._run_id, key)]
+            self._recorded[key] = max(steps, default=-math.inf)
+        return self._recorded[key]
 
     def _end(self, client: Any, status: str) -> None:
         if self._run_id and self._owned and not self._failed:

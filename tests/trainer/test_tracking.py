@@ -6,6 +6,7 @@ is read back through MlflowClient and compared with the run folder."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -143,14 +144,19 @@ def test_the_default_store_is_sqlite_under_factory_home_and_a_resumed_run_contin
     store = f"sqlite:///{in_lake.home / 'mlflow' / 'mlflow.db'}"
     assert first["tracking_uri"] == store and first["experiment"] == "factory/demo/small"
 
-    resumed = train(in_lake, run_dir, "train.steps=3", resume=True)
+    # Killed after logging step 3, before its checkpoint landed: the resume trains step 3 again.
+    train(in_lake, run_dir, "train.steps=3", resume=True)
+    shutil.rmtree(run_dir / "checkpoints" / "step-3")
+    resumed = train(in_lake, run_dir, "train.steps=4", resume=True)
     assert json.loads((run_dir / "mlflow.json").read_text()) == first
     client = MlflowClient(store)
     run = client.get_run(first["run_id"])
     assert run.info.status == "FINISHED"
     assert run.data.tags["factory.factory"] == "demo" and run.data.tags["factory.run"] == "small"
-    assert history(client, first["run_id"], "train/loss") == sorted(jsonl_metrics(run_dir)["train/loss"])
-    assert [m.step for m in client.get_metric_history(first["run_id"], "train/loss")] == [1, 2, 3]
+    logged = jsonl_metrics(run_dir)["train/loss"]
+    assert [step for step, _, _ in logged] == [1, 2, 3, 3, 4] and logged[2][1] == logged[3][1]
+    # MLflow holds each step once: the repeated step is not logged again (its value is the same).
+    assert history(client, first["run_id"], "train/loss") == sorted(logged[:3] + logged[4:])
     # MLflow never changes a param: the resumed run keeps the first value, and says so.
     assert run.data.params["train.steps"] == "2"
     assert "keeps the first values of train.steps" in resumed.stderr
