@@ -128,6 +128,7 @@ def test_training_config_keys_are_documented(page, section_types):
 
 
 def test_factory_definition_keys_are_documented():
+    from experiments import ladder_spec
     from orchestration import definition_load as definition
     from orchestration import definition_sources as sources
 
@@ -148,6 +149,8 @@ def test_factory_definition_keys_are_documented():
     for kind, spec_keys in (("ablations", definition.ABLATION_KEYS), ("sweeps", definition.SWEEP_KEYS)):
         missing = sorted(k for k in spec_keys if f"experiments.{kind}.{k}" not in names and k not in names)
         assert not missing, f"docs/factory.md's experiments.{kind} lacks {missing}"
+    ladder = {f"experiments.ablations.ladder.{key}.<name>" for key in ladder_spec._LADDER_KEYS}
+    assert not undocumented(ladder, names), f"docs/factory.md lacks {undocumented(ladder, names)}"
     search = definition.SEARCH_KEYS - {"config"}
     row = next(
         line for line in section("factory.md", "### `[mixtures.NAME]`").splitlines() if "`mixtures.search`" in line

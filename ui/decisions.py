@@ -123,10 +123,11 @@ def by_seed(evidence: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
 
 
 def comparisons(evidence: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each comparison with the base: the gate's candidate, or each ablation variant."""
+    """Each comparison with the base: the gate's candidate, each ablation variant, or each variant of
+    a ladder at each of its sizes (the paired test there)."""
     compared = evidence.get("variants") or ([{**evidence, "variant": "candidate"}] if "p_value" in evidence else [])
     found = []
-    for entry in compared:
+    for entry in (size for variant in compared for size in _by_size(variant)):
         differences = [d for d in entry.get("differences") or [] if isinstance(d, (int, float))]
         difference = entry.get("difference", fmean(differences) if differences else None)
         found.append(
@@ -139,6 +140,26 @@ def comparisons(evidence: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return found
+
+
+def _by_size(variant: dict[str, Any]) -> list[dict[str, Any]]:
+    """A ladder's variant as one comparison per size (a size beyond seed noise when its outcome is
+    better or worse); any other variant as it is."""
+    from experiments.ladder import BETTER, NOISE, WORSE
+
+    sizes = variant.get("sizes")
+    if not isinstance(sizes, list):
+        return [variant]
+    beyond = {BETTER: True, WORSE: True, NOISE: False}
+    return [
+        {
+            **size,
+            "variant": f"{variant.get('variant')} at {size.get('size')}",
+            "exceeds_noise": beyond.get(size.get("outcome")),
+        }
+        for size in sizes
+        if isinstance(size, dict)
+    ]
 
 
 def snapshot_links(row: dict[str, Any]) -> list[SnapshotLink]:

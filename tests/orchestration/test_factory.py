@@ -9,7 +9,9 @@ searched, a run trained and evaluated), then:
   one source, its sensor ingests and refines them, and the gate ablates; the daemon is killed,
   with every process it started, just before the gate records its decision, and started again:
   the run is found dead, retried, and the decision is recorded exactly once; the mixture is
-  searched again, warm-started, the next run trains on it and the checkpoint sensor evaluates it.
+  searched again, warm-started, the next run trains on it and the checkpoint sensor evaluates it;
+- a declared ablation that wins, plain or as a ladder of sizes: its decision changes its run's next
+  run and not the one it ran on; the ladder runs again when the run's config changes, and only then.
 
 The tests only read the tables and the factory's files."""
 
@@ -314,33 +316,61 @@ def test_the_daemon_runs_the_factory_and_a_killed_decision_is_recorded_once(in_f
     assert {gate["decision_id"], mixtures[1]["decision_id"]} <= shaped
 
 
-ADOPTION = f"""
-[runs.probe]
+def adoption(run: str, ablation: str, seeds: int, ladder: str = "") -> str:
+    """A run whose learning rate, 1e-5, barely moves a model in 4 steps, and an ablation of it (a
+    ladder with ``ladder``) whose variant, 3e-3, does: better beyond seed noise, even at each size
+    of a ladder with 2 seeds, whose paired differences vary far less than their mean. Adoption on."""
+    return f"""
+[runs.{run}]
 config = "{DEMO_TRAIN}"
 mixture = "both"
 set = {json.dumps([*TINY, "optim.lr=0.00001"])}
 
-[experiments.ablations.lr]
-run = "probe"
-seeds = 3
+[experiments.ablations.{ablation}]
+run = "{run}"
+seeds = {seeds}
 variants = {{ faster = {{ "optim.lr" = 0.003 }} }}
+{ladder}
 
 [policies.ablation_adoption]
 enabled = true
 """
 
 
+ADOPTION = adoption("probe", "lr", seeds=3)
+
+
+def declare(factory: Factory, name: str, extra: str) -> FactoryDefinition:
+    """The factory's definition and ``extra``, in a file of its own beside it (the module's file stays
+    as built, whichever test runs first)."""
+    path = factory.folder / f"{name}.toml"
+    path.write_text(factory.definition.path.read_text() + extra)
+    return load_definition(path)
+
+
+def ablation_decisions(factory: Factory, subject: str) -> list[dict]:
+    return [
+        d
+        for d in read_decisions(factory.catalog, factory="team")
+        if d["kind"] == "ablation" and d["subject"] == subject
+    ]
+
+
+def lr_of(run_dir: str) -> float:
+    """The learning rate the run's last checkpoint trained with."""
+    lineage = json.loads((Path(run_dir) / "checkpoints" / "step-4" / "lineage.json").read_text())
+    return lineage["config"]["optim"]["lr"]
+
+
 def test_an_ablation_that_wins_changes_its_runs_next_run_and_not_the_one_it_ran_on(in_factory):
     from factory_cli.run import materialise
 
-    path = in_factory.definition.path
-    path.write_text(path.read_text() + ADOPTION)
-    definition = load_definition(path)
+    definition = declare(in_factory, "adoption", ADOPTION)
     materialise(definition, ["run/probe"])
     first = read_current(run_folder(definition, "probe"))
     materialise(definition, ["experiment/lr"])
 
-    (decision,) = [d for d in read_decisions(in_factory.catalog, factory="team") if d["kind"] == "ablation"]
+    (decision,) = ablation_decisions(in_factory, "lr")
     assert decision["verdict"] == "adopted", decision["reason"]
     assert decision["after"]["overrides"] == ["optim.lr=0.003"] and decision["before"]["overrides"] == []
     winner = decision["evidence"]["variants"][0]
@@ -349,10 +379,82 @@ def test_an_ablation_that_wins_changes_its_runs_next_run_and_not_the_one_it_ran_
     second = read_current(run_folder(definition, "probe"))
     assert second["run_dir"] != first["run_dir"] and second["overrides"][-1] == "optim.lr=0.003"
     assert decision["decision_id"] in json.loads((Path(second["run_dir"]) / "factory.json").read_text())["decisions"]
-    resolved = json.loads((Path(first["run_dir"]) / "checkpoints" / "step-4" / "lineage.json").read_text())
-    assert resolved["config"]["optim"]["lr"] == 0.00001  # the run it ran on keeps its config
-    resolved = json.loads((Path(second["run_dir"]) / "checkpoints" / "step-4" / "lineage.json").read_text())
-    assert resolved["config"]["optim"]["lr"] == 0.003
+    assert lr_of(first["run_dir"]) == 0.00001  # the run it ran on keeps its config
+    assert lr_of(second["run_dir"]) == 0.003
     materialise(definition, ["experiment/lr", "run/probe"])  # decided once: nothing runs again
-    assert len([d for d in read_decisions(in_factory.catalog, factory="team") if d["kind"] == "ablation"]) == 1
+    assert len(ablation_decisions(in_factory, "lr")) == 1
     assert read_current(run_folder(definition, "probe")) == second
+
+
+LADDER = adoption(
+    "rungs",
+    "lr_ladder",
+    seeds=2,
+    ladder='ladder = { sizes = { tiny = { "model.dim" = 64 }, wide = { "model.dim" = 128 } } }',
+)
+
+
+def experiments_requested(definition: FactoryDefinition) -> list[str]:
+    """The jobs the daemon's experiment sensor would start now."""
+    import dagster as dg
+
+    from orchestration.graph import build_definitions
+
+    defs = build_definitions(definition)
+    sensor = next(s for s in defs.sensors if s.name == "experiment_sensor")
+    with dg.DagsterInstance.ephemeral() as instance:
+        return [r.job_name for r in sensor(dg.build_sensor_context(instance=instance, definitions=defs)).run_requests]
+
+
+def test_a_declared_ladder_runs_when_added_or_its_base_changes_and_its_adoption_changes_the_next_run(in_factory):
+    from experiments.trials_table import read_trials
+    from factory_cli.run import materialise
+
+    catalog = in_factory.catalog
+    definition = declare(in_factory, "ladder", LADDER)
+    materialise(definition, ["run/rungs"])
+    first = read_current(run_folder(definition, "rungs"))
+    assert experiments_requested(definition) == ["experiment_lr_ladder"]  # added: the daemon would start it
+    materialise(definition, ["experiment/lr_ladder"])
+
+    (decision,) = ablation_decisions(in_factory, "lr_ladder")
+    assert decision["verdict"] == "adopted", decision["reason"]
+    assert "faster" in decision["reason"] and "at every size" in decision["reason"]
+    assert decision["before"]["overrides"] == [] and decision["after"]["overrides"] == ["optim.lr=0.003"]
+    evidence = decision["evidence"]
+    (faster,) = evidence["variants"]
+    assert faster["variant"] == "faster" and faster["verdict"] == "adopt"
+    assert [s["size"] for s in faster["sizes"]] == ["tiny", "wide"]
+    for size in faster["sizes"]:
+        assert size["outcome"] == "better" and size["compute"] == "equal steps", size
+        assert len(size["base"]) == len(size["candidate"]) == 2
+        assert size["difference"] < 0 and size["interval"][1] < 0 and size["p_value"] < 0.05
+    trials = read_trials(catalog, evidence["sweep_id"])  # the ladder ran: 2 variants x 2 sizes x 2 seeds
+    assert len(trials) == 8 and {t["kind"] for t in trials} == {"ladder"}
+    assert sorted(evidence["runs"]) == sorted(t["run_dir"] for t in trials)
+
+    # Nothing changed: the daemon starts nothing, and materialising it again decides nothing.
+    assert experiments_requested(definition) == []
+    before = snapshots(catalog)
+    materialise(definition, ["experiment/lr_ladder"])
+    assert ablation_decisions(in_factory, "lr_ladder") == [decision] and snapshots(catalog) == before
+
+    # The adoption shapes the run's next run; the one it ran on keeps its config.
+    materialise(definition, ["run/rungs"])
+    second = read_current(run_folder(definition, "rungs"))
+    assert second["run_dir"] != first["run_dir"] and second["overrides"][-1] == "optim.lr=0.003"
+    assert decision["decision_id"] in json.loads((Path(second["run_dir"]) / "factory.json").read_text())["decisions"]
+    assert (lr_of(first["run_dir"]), lr_of(second["run_dir"])) == (0.00001, 0.003)
+
+    # The run's config changes (the winner written into it): the ladder runs again on the new base,
+    # where the variant is the base itself, and the adoption decided on the old base no longer applies.
+    changed = declare(in_factory, "ladder", LADDER.replace('"optim.lr=0.00001"', '"optim.lr=0.003"'))
+    assert experiments_requested(changed) == ["experiment_lr_ladder"]
+    materialise(changed, ["experiment/lr_ladder"])
+    (again,) = [d for d in ablation_decisions(in_factory, "lr_ladder") if d["decision_id"] != decision["decision_id"]]
+    assert again["verdict"] == "inconclusive" and again["inputs"]["base_config"] != decision["inputs"]["base_config"]
+    assert again["before"]["overrides"] == again["after"]["overrides"] == []
+    (same,) = again["evidence"]["variants"]
+    assert same["verdict"] == "inconclusive" and all(s["differences"] == [0.0, 0.0] for s in same["sizes"])
+    assert len(read_trials(catalog, again["evidence"]["sweep_id"])) == 8
+    assert again["evidence"]["sweep_id"] != evidence["sweep_id"] and experiments_requested(changed) == []
