@@ -41,6 +41,10 @@ class LoaderConfig:
     """End-of-document token; default: the one the tokenizer records, else a well-known one."""
     read_bytes: int = 1 << 20
     """Text bytes a unit of reading grows to (a sub-stream's first units are smaller; no effect on the stream)."""
+    max_document_bytes: int = 1 << 20
+    """A document longer than this (UTF-8 bytes) is tokenized in pieces of at most this size, cut at a
+    line end where there is one: what tokenizing one document may hold stays bounded (docs/loader.md,
+    "Memory"). The ids near a cut may differ from the whole document's; part of the stream's definition."""
     ray_address: str | None = None
     """Ray cluster to join when Ray is not yet initialised; None starts a local one (or uses RAY_ADDRESS)."""
     ray_units_ahead: int = 1
@@ -53,7 +57,15 @@ class LoaderConfig:
     """Seconds between progress log lines (0: never)."""
 
     def __post_init__(self) -> None:
-        for name in ("seq_len", "global_batch_size", "dp_world", "shuffle_window", "read_bytes", "ray_units_ahead"):
+        for name in (
+            "seq_len",
+            "global_batch_size",
+            "dp_world",
+            "shuffle_window",
+            "read_bytes",
+            "ray_units_ahead",
+            "max_document_bytes",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise LoaderConfigError(f"{name} must be a positive integer, got {value!r}")

@@ -111,6 +111,8 @@ class StreamPlan:
     catalog: str = ""
     """The name of the catalog the manifest was pinned in: readers open the data files with the
     FileIO properties their own pyiceberg configuration gives it (``file_io_properties``)."""
+    max_document_bytes: int | None = None
+    """Documents longer than this are tokenized in pieces of at most this many bytes (None: whole)."""
     _epochs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -128,7 +130,13 @@ class StreamPlan:
 
     @classmethod
     def from_manifest(
-        cls, manifest: Manifest, num_shards: int, shuffle_window: int, split: str, read_bytes: int = 1 << 20
+        cls,
+        manifest: Manifest,
+        num_shards: int,
+        shuffle_window: int,
+        split: str,
+        read_bytes: int = 1 << 20,
+        max_document_bytes: int | None = None,
     ) -> StreamPlan:
         salt = manifest.heldout.get("salt", "")
         components = tuple(ComponentPlan.from_manifest(i, c, salt, split) for i, c in enumerate(manifest.components))
@@ -143,6 +151,7 @@ class StreamPlan:
             read_bytes,
             min(FIRST_READ_BYTES, read_bytes),
             manifest.catalog.get("name", ""),
+            max_document_bytes,
         )
 
     # --- the slice of a shard -------------------------------------------------------------

@@ -32,7 +32,7 @@ class UnitTokens:
 def tokenize_unit(plan: StreamPlan, tokenizer: TokenizerSpec, unit: Unit) -> UnitTokens:
     """Read ``unit``'s documents and tokenize them (the whole of a reader task's work)."""
     docs = read_unit(plan, unit)
-    tokens, offsets = encode(tokenizer.load(), docs.texts)
+    tokens, offsets = encode(tokenizer.load(), docs.texts, plan.max_document_bytes)
     first, end = plan.positions(unit)
     return UnitTokens(unit, first, end, docs.positions, tokens, offsets)
 
