@@ -39,12 +39,15 @@ class LoaderConfig:
     """``train``: documents outside the held-out split; ``heldout``: only those in it (for evals)."""
     eod_token: str | None = None
     """End-of-document token; default: the one the tokenizer records, else a well-known one."""
-    read_bytes: int = 1 << 20
+    read_bytes: int = 256 << 10
     """Text bytes a unit of reading grows to (a sub-stream's first units are smaller; no effect on the stream)."""
     max_document_bytes: int = 1 << 20
     """A document longer than this (UTF-8 bytes) is tokenized in pieces of at most this size, cut at a
     line end where there is one: what tokenizing one document may hold stays bounded (docs/loader.md,
     "Memory"). The ids near a cut may differ from the whole document's; part of the stream's definition."""
+    read_cache_bytes: int = 256 << 20
+    """Decoded blocks each reading process keeps (local: this process; ray: each reader actor): a block
+    bigger than ``read_bytes`` is decoded once for all its units rather than once for each (0: never kept)."""
     ray_address: str | None = None
     """Ray cluster to join when Ray is not yet initialised; None starts a local one (or uses RAY_ADDRESS)."""
     ray_units_ahead: int = 1
@@ -77,6 +80,12 @@ class LoaderConfig:
             raise LoaderConfigError(f"packing must be one of {', '.join(PACKINGS)}, got {self.packing!r}")
         if self.split not in SPLITS:
             raise LoaderConfigError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
+        if (
+            isinstance(self.read_cache_bytes, bool)
+            or not isinstance(self.read_cache_bytes, int)
+            or self.read_cache_bytes < 0
+        ):
+            raise LoaderConfigError(f"read_cache_bytes must be an integer ≥ 0, got {self.read_cache_bytes!r}")
         if isinstance(self.local_prefetch, bool) or not isinstance(self.local_prefetch, int) or self.local_prefetch < 0:
             raise LoaderConfigError(f"local_prefetch must be an integer ≥ 0, got {self.local_prefetch!r}")
         if self.global_batch_size % self.dp_world:

@@ -82,7 +82,13 @@ class StreamingLoader:
         self.components = [c.name for c in manifest.components]
         _check_files(manifest)
         self.plan = StreamPlan.from_manifest(
-            manifest, config.shards, config.shuffle_window, config.split, config.read_bytes, config.max_document_bytes
+            manifest,
+            config.shards,
+            config.shuffle_window,
+            config.split,
+            config.read_bytes,
+            config.max_document_bytes,
+            config.read_cache_bytes,
         )
         weights = [c.weight for c in self.plan.components]
         self.schedule = MixSchedule(weights, config.global_batch_size)

@@ -113,6 +113,8 @@ class StreamPlan:
     FileIO properties their own pyiceberg configuration gives it (``file_io_properties``)."""
     max_document_bytes: int | None = None
     """Documents longer than this are tokenized in pieces of at most this many bytes (None: whole)."""
+    block_cache_bytes: int = 0
+    """Decoded blocks a reader process keeps for the block's next units (read.py; 0: none)."""
     _epochs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -137,6 +139,7 @@ class StreamPlan:
         split: str,
         read_bytes: int = 1 << 20,
         max_document_bytes: int | None = None,
+        block_cache_bytes: int = 0,
     ) -> StreamPlan:
         salt = manifest.heldout.get("salt", "")
         components = tuple(ComponentPlan.from_manifest(i, c, salt, split) for i, c in enumerate(manifest.components))
@@ -152,6 +155,7 @@ class StreamPlan:
             min(FIRST_READ_BYTES, read_bytes),
             manifest.catalog.get("name", ""),
             max_document_bytes,
+            block_cache_bytes,
         )
 
     # --- the slice of a shard -------------------------------------------------------------
@@ -191,12 +195,17 @@ class StreamPlan:
         per_row = max(self.components[component].bytes_per_row, 1.0)
         size = max(1, int(self.first_read_bytes / per_row))
         blocks = max(1, int(self.read_bytes / (per_row * window)))
+        # A block larger than read_bytes is cut too: readers decode it once and keep it while its
+        # units are read (read.py), so a unit, and what read-ahead tokenizes, stays near read_bytes.
+        rows_per_read = max(1, int(self.read_bytes / per_row))
         while True:
             while position < length:
                 block_end = min((position // window + 1) * window, length)
                 if position % window or size < block_end - position:
-                    count = min(size, block_end - position)  # the ramp, inside the first block
+                    count = min(size, rows_per_read, block_end - position)  # the ramp, inside the first block
                     size *= 2
+                elif rows_per_read < window:
+                    count = min(rows_per_read, block_end - position)
                 else:
                     count = min(blocks * window, length - position)
                 yield Unit(component, shard, epoch, position, count)
@@ -222,14 +231,15 @@ class StreamPlan:
         """Positions ``[first, end)`` of the shard's slice that ``unit`` covers."""
         return unit.first, unit.first + unit.count
 
-    def rows(self, unit: Unit) -> tuple[list[Segment], np.ndarray]:
+    def rows(self, unit: Unit, whole_blocks: bool = False) -> tuple[list[Segment], np.ndarray]:
         """What a reader reads for ``unit`` (file segments, in the epoch's order), and for each of the
         unit's positions the index of its row among the rows of those segments.
 
         A unit of whole blocks reads its blocks. A unit of the ramp holds some of a block's rows,
         scattered by the shuffle: it reads only the files that hold one of them, from the first to
         the last such row of each, so a sub-stream's first unit over a snapshot of one-document
-        files opens as many files as it has documents, not a whole block's."""
+        files opens as many files as it has documents, not a whole block's. With ``whole_blocks`` the
+        unit reads its blocks whole, and ``wanted`` indexes their rows."""
         start, stop = self.slice_of(unit.component, unit.shard)
         window = self.shuffle_window
         first_block, last_block = unit.first // window, (unit.first + unit.count - 1) // window
@@ -241,7 +251,7 @@ class StreamPlan:
         shuffled = np.concatenate(orders)  # shuffled position begin + i holds row shuffled[i]
         wanted = shuffled[unit.first - begin : unit.first - begin + unit.count]
         segments = self.rows_to_segments(unit.component, unit.epoch, start + begin, start + end)
-        if unit.count == end - begin:
+        if unit.count == end - begin or whole_blocks:
             return segments, wanted
         return _only_wanted(segments, wanted)
 

@@ -8,9 +8,11 @@ the wanted side of the held-out split.
 
 from __future__ import annotations
 
+import collections
 import functools
-from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -41,6 +43,24 @@ class UnitDocs:
 def read_unit(plan: StreamPlan, unit: Unit) -> UnitDocs:
     component = plan.components[unit.component]
     segments, wanted = plan.rows(unit)
+    if plan.block_cache_bytes and sum(s.stop - s.start for s in segments) > 2 * unit.count:
+        # Part of a block whose rows lie scattered over it: reading from the first to the last of
+        # them decodes most of the block for each of its units, so the block is decoded once and
+        # kept for the next ones.
+        segments, wanted = plan.rows(unit, whole_blocks=True)
+        key = (tuple((component.paths[s.file], s.start, s.stop) for s in segments), *_columns_to_read(component))
+        rows = _block_cache(plan.block_cache_bytes).get(key, lambda: _read_rows(plan, component, unit, segments))
+    else:
+        rows = _read_rows(plan, component, unit, segments)
+    chosen = rows.take(_indices(wanted))  # the unit's rows, in stream order
+    keep = _eligible(component, chosen, plan.split)
+    kept = np.flatnonzero(keep)
+    positions = unit.first + kept
+    texts = chosen.column("text").take(_indices(kept)).to_pylist()
+    return UnitDocs(positions=positions.astype(np.int64), texts=texts)
+
+
+def _read_rows(plan: StreamPlan, component: ComponentPlan, unit: Unit, segments: list[Segment]) -> pa.Table:
     properties = _file_io_properties(plan.catalog)
     if len(segments) > 1:  # pieces of several files: opened at once (a request or two each on a store)
         tables = list(_segment_pool().map(lambda segment: _read_segment(component, segment, properties), segments))
@@ -50,12 +70,49 @@ def read_unit(plan: StreamPlan, unit: Unit) -> UnitDocs:
     expected = sum(s.stop - s.start for s in segments)
     if rows.num_rows != expected:
         raise DataFileError(f"{component.label}: expected {expected} rows for {unit}, read {rows.num_rows}")
-    chosen = rows.take(_indices(wanted))  # the unit's rows, in stream order
-    keep = _eligible(component, chosen, plan.split)
-    kept = np.flatnonzero(keep)
-    positions = unit.first + kept
-    texts = chosen.column("text").take(_indices(kept)).to_pylist()
-    return UnitDocs(positions=positions.astype(np.int64), texts=texts)
+    return rows
+
+
+class BlockCache:
+    """Decoded blocks, least recently used first out past ``budget`` bytes (the last one always stays).
+    A block asked for while another thread decodes it is waited for, not decoded twice."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget, self._blocks, self._bytes = budget, collections.OrderedDict(), 0
+        self._decoding: dict[tuple, Future] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple, read: Callable[[], pa.Table]) -> pa.Table:
+        with self._lock:
+            if key in self._blocks:
+                self._blocks.move_to_end(key)
+                return self._blocks[key]
+            pending = self._decoding.get(key)
+            if pending is None:
+                self._decoding[key] = mine = Future()
+        if pending is not None:
+            return pending.result()
+        try:
+            rows = read()
+        except BaseException as exc:
+            mine.set_exception(exc)
+            raise
+        finally:
+            with self._lock:
+                self._decoding.pop(key, None)
+        with self._lock:
+            self._blocks[key] = rows
+            self._bytes += rows.nbytes
+            while self._bytes > self.budget and len(self._blocks) > 1:
+                self._bytes -= self._blocks.popitem(last=False)[1].nbytes
+        mine.set_result(rows)
+        return rows
+
+
+@functools.lru_cache(maxsize=2)
+def _block_cache(budget: int) -> BlockCache:
+    """One per process (and budget): the loader's reader threads, or a Ray actor's, share it."""
+    return BlockCache(budget)
 
 
 @functools.cache
