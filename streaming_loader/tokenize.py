@@ -86,8 +86,8 @@ def _tokenizer(sha256: str, text: str):
 
 
 # Text handed to the tokenizer at once. Its output for a batch (each token's id, string and
-# masks, then a Python list of ids) is some twenty times the batch's text, so a unit is encoded
-# in pieces of this size: the transient memory stays a constant, not a multiple of the unit.
+# masks, then a Python list of ids) is many times the batch's text (docs/loader.md, "Memory"), so
+# a unit is encoded in pieces of this size: that memory stays a constant, not a multiple of the unit.
 ENCODE_BATCH_BYTES = 1 << 20
 
 

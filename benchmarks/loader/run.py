@@ -91,11 +91,10 @@ def write_jsonl(path: Path, records: list[dict]) -> int:
     return path.stat().st_size
 
 
-def prepare(home: Path, copies: int, big_docs: int, big_doc_mb: int, vocab: int) -> dict:
+def prepare(home: Path, copies: int, vocab: int) -> dict:
     """The user's path: the library's files as JSON lines, ``copies`` times over; ``factory ingest``,
     ``factory filter`` (the shipped ``code`` config), ``factory tokenizer train`` and ``factory mix
-    pin``, each with its default options; with ``big_docs``, a third table of ``big_docs`` documents of
-    ``big_doc_mb`` MB each beside one copy of the library (ingest's size limit raised for them)."""
+    pin``, each with its default options."""
     texts = stdlib_texts()
     corpus, seconds = home / "corpus", {}
     jsonl = sum(
@@ -117,22 +116,7 @@ def prepare(home: Path, copies: int, big_docs: int, big_doc_mb: int, vocab: int)
         str(home / "tokenizer.json"),
     )
     tables = {"ingest": "raw.code", "filter": "filtered.code"}
-    if big_docs:
-        joined, big = "\n".join(t for _, t in texts), []
-        for d in range(big_docs):
-            text = (joined * (1 + big_doc_mb * 10**6 // len(joined)))[: big_doc_mb * 10**6]
-            big.append({"text": f"# document {d}\n{text}", "path": f"big/{d}.py"})
-        write_jsonl(home / "big" / "big.jsonl", big)
-        write_jsonl(home / "big" / "stdlib.jsonl", [{"text": t, "path": p} for p, t in texts])
-        seconds["ingest_big"] = factory(
-            "ingest", str(home / "big"), "--source", "code", "--format", "jsonl", "--output", "raw.big",
-            "--path-field", "path", "--max-doc-bytes", str(2 * big_doc_mb * 10**6),
-        )  # fmt: skip
-        tables["big"] = "raw.big"
-    for name, table in tables.items():
-        spec = home / f"{name}.toml"
-        spec.write_text(f'name = "{name}"\nseed = 1\n\n[[components]]\nname = "code"\ntable = "{table}"\nweight = 1\n')
-        seconds[f"pin_{name}"] = factory("mix", "pin", str(spec), "--output", str(home / f"{name}.json"))
+    seconds |= pin_tables(home, tables)
     return {
         "jsonl_bytes": jsonl,
         "copies": copies,
@@ -140,6 +124,35 @@ def prepare(home: Path, copies: int, big_docs: int, big_doc_mb: int, vocab: int)
         "seconds": seconds,
         "layout": layout(home, tables),
     }
+
+
+def prepare_big(home: Path, setup: dict, big_docs: int, big_doc_mb: int) -> dict:
+    """Table ``big``: ``big_docs`` documents of ``big_doc_mb`` MB each beside one copy of the library,
+    through ``factory ingest`` with its size limit raised for them."""
+    texts = stdlib_texts()
+    joined, big = "\n".join(t for _, t in texts), []
+    for d in range(big_docs):
+        text = (joined * (1 + big_doc_mb * 10**6 // len(joined)))[: big_doc_mb * 10**6]
+        big.append({"text": f"# document {d}\n{text}", "path": f"big/{d}.py"})
+    write_jsonl(home / "big" / "big.jsonl", big)
+    write_jsonl(home / "big" / "stdlib.jsonl", [{"text": t, "path": p} for p, t in texts])
+    setup["seconds"]["ingest_big"] = factory(
+        "ingest", str(home / "big"), "--source", "code", "--format", "jsonl", "--output", "raw.big",
+        "--path-field", "path", "--max-doc-bytes", str(2 * big_doc_mb * 10**6),
+    )  # fmt: skip
+    setup["tables"]["big"] = "raw.big"
+    setup["seconds"] |= pin_tables(home, {"big": "raw.big"})
+    setup["layout"] = layout(home, setup["tables"])
+    return setup
+
+
+def pin_tables(home: Path, tables: dict[str, str]) -> dict[str, float]:
+    seconds = {}
+    for name, table in tables.items():
+        spec = home / f"{name}.toml"
+        spec.write_text(f'name = "{name}"\nseed = 1\n\n[[components]]\nname = "code"\ntable = "{table}"\nweight = 1\n')
+        seconds[f"pin_{name}"] = factory("mix", "pin", str(spec), "--output", str(home / f"{name}.json"))
+    return seconds
 
 
 def layout(home: Path, tables: dict[str, str]) -> dict:
@@ -383,6 +396,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=16, help="global batch size (sequences)")
     parser.add_argument("--backends", nargs="+", default=["local", "ray"], choices=["local", "ray"])
     parser.add_argument("--no-seek", action="store_true", help="skip (c)")
+    parser.add_argument("--prepare-only", action="store_true", help="make the tables, measure nothing")
     parser.add_argument("--encode-batch", action="store_true", help="also time bare encode_batch in (a)")
     parser.add_argument("--tokens", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
@@ -403,10 +417,16 @@ def main() -> int:
     os.environ["FACTORY_HOME"] = str(home / "factory")  # a lakehouse of its own, as a new user starts with
     print(f"working in {home} on {os.cpu_count()} CPU(s); load average {os.getloadavg()[0]:.1f}", flush=True)
     if not (home / "setup.json").exists():
-        setup = prepare(home, args.copies, args.big_docs, args.big_doc_mb, args.vocab)
+        setup = prepare(home, args.copies, args.vocab)
         (home / "setup.json").write_text(json.dumps(setup, indent=2))
         print(f"made on the user's path: {json.dumps(setup)}", flush=True)
     setup = json.loads((home / "setup.json").read_text())
+    if args.big_docs and "big" not in setup["tables"]:
+        setup = prepare_big(home, setup, args.big_docs, args.big_doc_mb)
+        (home / "setup.json").write_text(json.dumps(setup, indent=2))
+        print(f"table big: {json.dumps(setup['layout']['big'])}", flush=True)
+    if args.prepare_only:
+        return 0
     common = ["--seq-len", str(args.seq_len), "--batch", str(args.batch)]
     common += ["--encode-batch"] if args.encode_batch else []
     baselines, streams = [], []
