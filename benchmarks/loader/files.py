@@ -30,7 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.loader.run import RssSampler, run_child, stdlib_texts  # noqa: E402
+from benchmarks.loader.run import RssSampler, run_child  # noqa: E402
+from benchmarks.stdlib_table import stdlib_texts  # noqa: E402
 
 DOC_CHARS = 2000
 

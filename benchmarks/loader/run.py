@@ -41,7 +41,6 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -49,24 +48,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+
+from benchmarks.stdlib_table import stdlib_texts  # noqa: E402
+
 # The bare call's texts go to it this many at a time, as a training job's collate would batch them.
 BASELINE_BATCH = 256
 
 
 # --- the corpus, made on the user's path --------------------------------------------------
-
-
-def stdlib_texts() -> list[tuple[str, str]]:
-    root = Path(sysconfig.get_paths()["stdlib"])
-    found = []
-    for path in sorted(root.rglob("*.py")):
-        if "site-packages" in path.parts or "dist-packages" in path.parts:
-            continue
-        try:
-            found.append((str(path.relative_to(root)), path.read_text(encoding="utf-8")))
-        except (UnicodeDecodeError, OSError):
-            continue
-    return found
 
 
 def factory(*argv: str) -> float:

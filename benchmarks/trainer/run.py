@@ -48,7 +48,7 @@ def prepare_data(home: Path, megabytes: int, vocab: int) -> tuple[Path, Path]:
     """A pinned one-component manifest over ``megabytes`` of the standard library, and a tokenizer."""
     from pyiceberg.catalog import load_catalog
 
-    from benchmarks.loader.run import stdlib_texts, write_table
+    from benchmarks.stdlib_table import stdlib_texts, write_table
     from lakehouse.catalog import embedded_catalog_properties
     from mixtures.pin import pin
     from mixtures.spec import spec_from_dict

@@ -1,5 +1,5 @@
 """Time the UI's documents pages on the largest table the benchmarks build: the loader
-benchmark's ``bench.large`` (128 MB of Python source in 8 MB files, benchmarks/loader/run.py).
+benchmark's ``bench.large`` (128 MB of Python source in 8 MB files, benchmarks/stdlib_table.py).
 
 Each page is fetched over HTTP from the real app (uvicorn in this process, httpx as the client),
 ``--repeat`` times, the UI's caches emptied before each fetch (this times reading a page; keeping
@@ -92,7 +92,7 @@ def main() -> int:
 def _catalog(home: Path, megabytes: int):
     from pyiceberg.catalog import load_catalog
 
-    from benchmarks.loader.run import stdlib_texts, write_table
+    from benchmarks.stdlib_table import stdlib_texts, write_table
     from lakehouse.catalog import EMBEDDED_CATALOG_NAME, embedded_catalog_properties
 
     (home / "warehouse").mkdir(parents=True, exist_ok=True)
