@@ -49,6 +49,7 @@ from lakehouse.errors import CommitError, InputError
 from lakehouse.faults import maybe_fail
 from lakehouse.file_sizes import first_fit_groups, is_small, target_file_bytes
 from lakehouse.refs import PinnedRef, format_identifier
+from lakehouse.row_groups import row_group_bytes
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,10 @@ def compact_table(
         for i, group in enumerate(groups):
             dest = f"{prefix}/part-{i:05d}-c-{uuid.uuid4().hex[:8]}.parquet"
             schema, codec, _ = _footer(table, group[0])
-            records, _ = combine_files([f.file_path for f in group], dest, schema, table.io.properties, codec)
+            sources = [f.file_path for f in group]
+            records, _ = combine_files(
+                sources, dest, schema, table.io.properties, codec, row_group_bytes(table.properties)
+            )
             written.append(dest)
             if records != sum(f.record_count for f in group):
                 raise CommitError(f"{name}: combining {len(group)} files gave {records} rows, not their sum")

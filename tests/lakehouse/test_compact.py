@@ -163,3 +163,18 @@ def test_a_writer_committing_during_a_compaction_keeps_its_rows(catalog, factory
     # Lineage reaches the writer that committed meanwhile, behind the compaction.
     (compact,) = pipeline_runs(catalog, "raw.docs", catalog.load_table(TABLE).current_snapshot().snapshot_id)
     assert [r["run_id"] for r in compact["inputs"][0]["runs"]] == ["ingest-b", "ingest-a"]
+
+
+def test_compacted_files_are_cut_into_row_groups_of_the_tables_property(catalog):
+    _ingest(catalog, "ingest-a", files=6, rows=50, text_bytes=400)
+    table = catalog.load_table(TABLE)
+    with table.transaction() as tx:
+        tx.set_properties({"write.parquet.row-group-size-bytes": "4096"})
+    rows = _rows(catalog)
+    compact_table(catalog, TABLE)
+    (path,) = _files(catalog)
+    meta = pq.read_metadata(path.removeprefix("file://"))
+    sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+    # Each row holds ~400 bytes of text: ten rows to a 4 KB group, not one group per source file.
+    assert sum(sizes) == 300 and max(sizes) <= 10 and meta.num_row_groups >= 30
+    assert _rows(catalog) == rows
