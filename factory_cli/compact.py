@@ -19,6 +19,9 @@ files of about that size, and commit them as one snapshot with Iceberg's `replac
 operation: the same rows, other files. The snapshot records the run (factory.job=compact)
 and, as its input, the snapshot it compacted, so `factory lineage` still reaches the runs
 that made the data. Older snapshots, and manifests pinned to them, are unchanged.
+A file whose row groups are far past the table's row group size (the property
+write.parquet.row-group-size-bytes, default 1 MiB; a file written by an older version or
+another engine) is rewritten alone, so a compacted table has the layout the jobs write.
 
 Safe to repeat: a table with nothing to combine is left alone, and a retry with the same
 --run-id after the commit does nothing. A failure before the commit leaves the table as it
@@ -44,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{result.table}: already compacted by this run as snapshot {result.snapshot_id}")
     else:
         print(
-            f"{result.table}: replaced {result.files_rewritten} small file(s) ({result.records_rewritten} records) "
+            f"{result.table}: replaced {result.files_rewritten} file(s) ({result.records_rewritten} records) "
             f"by {result.files_after - result.files_before + result.files_rewritten}; "
             f"{result.files_before} → {result.files_after} file(s), snapshot {result.snapshot_id}"
         )

@@ -10,19 +10,26 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lakehouse.local_files import sync_file, sync_folders
+from lakehouse.row_groups import ROW_GROUP_BYTES, RowGroupWriter
 
 
 def combine_files(
-    sources: Sequence[str], dest: str, schema: pa.Schema, io_properties: Mapping[str, str], compression: str = "zstd"
+    sources: Sequence[str],
+    dest: str,
+    schema: pa.Schema,
+    io_properties: Mapping[str, str],
+    compression: str = "zstd",
+    group_bytes: int = ROW_GROUP_BYTES,
 ) -> tuple[int, int]:
     """Write the rows of ``sources``, in order, row group by row group (so memory holds one row
-    group and the sizes add up), to the new file ``dest`` with ``schema``; make it durable before
-    returning its rows and bytes. On failure ``dest`` is removed and the sources are untouched."""
+    group and the sizes add up), to the new file ``dest`` with ``schema``, cut into row groups
+    of ``group_bytes`` (``lakehouse.row_groups``); make it durable before returning its rows and
+    bytes. On failure ``dest`` is removed and the sources are untouched."""
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
     io = PyArrowFileIO(dict(io_properties))
     stream = io.new_output(dest).create()
-    writer = pq.ParquetWriter(stream, schema, compression=compression)
+    writer = RowGroupWriter(stream, schema, group_bytes, compression)
     records = 0
     try:
         for source in sources:

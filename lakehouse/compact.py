@@ -3,13 +3,16 @@ snapshot (docs/architecture.md, "File sizes").
 
 The files of the branch head smaller than ``SMALL_FRACTION`` of the table's target size are
 packed first-fit, in path order, into groups of at most the target (``file_sizes``); each group
-of two or more becomes one file holding its files' rows, in order. One snapshot then removes the
+of two or more becomes one file holding its files' rows, in order. A file whose row groups are far
+past the table's row group size (``row_groups``; a file written before it, or by another engine)
+is rewritten alone, so a compacted table has the layout the jobs write. One snapshot then removes the
 old files and adds the new ones, with the operation ``replace`` (same rows, other files) and the
 summary of a run like any job's: ``factory.job=compact``, its run id, and as its input the
 snapshot it compacted, so ``factory lineage`` walks through it to the runs that made the data.
 
-- A table whose small files cannot be combined (none, or any two add up past the target) is
-  left alone: compacting a compacted table is a no-op.
+- A table whose small files cannot be combined (none, or any two add up past the target), and
+  whose row groups are all within the size, is left alone: compacting a compacted table is a
+  no-op.
 - Nothing changes until the one commit: a failure before it leaves the table as it was (the new
   files are staged under the run's folder, for ``factory gc``); the old files stay, since older
   snapshots still reference them.
@@ -49,11 +52,15 @@ from lakehouse.errors import CommitError, InputError
 from lakehouse.faults import maybe_fail
 from lakehouse.file_sizes import first_fit_groups, is_small, target_file_bytes
 from lakehouse.refs import PinnedRef, format_identifier
+from lakehouse.row_groups import row_group_bytes
 
 log = logging.getLogger(__name__)
 
 JOB = "compact"
 _RETRYABLE = (CommitFailedException, OperationalError)
+# A row group of several rows this many times the table's row group size is another layout's (the
+# writer closes a group before it passes the size; Parquet's encoding adds a little to it).
+RELAYOUT_FACTOR = 2
 
 
 @dataclass(frozen=True)
@@ -106,8 +113,11 @@ def compact_table(
     try:
         for i, group in enumerate(groups):
             dest = f"{prefix}/part-{i:05d}-c-{uuid.uuid4().hex[:8]}.parquet"
-            schema, codec, _ = _footer(table, group[0])
-            records, _ = combine_files([f.file_path for f in group], dest, schema, table.io.properties, codec)
+            schema, codec, _, _ = _footer(table, group[0])
+            sources = [f.file_path for f in group]
+            records, _ = combine_files(
+                sources, dest, schema, table.io.properties, codec, row_group_bytes(table.properties)
+            )
             written.append(dest)
             if records != sum(f.record_count for f in group):
                 raise CommitError(f"{name}: combining {len(group)} files gave {records} rows, not their sum")
@@ -157,36 +167,42 @@ def live_data_files(table: Table, snapshot: Snapshot, name: str) -> list[DataFil
 
 
 def plan_groups(table: Table, files: Sequence[DataFile], target: int) -> list[list[DataFile]]:
-    """The groups of small files to combine, each of two or more files with the same Parquet schema
-    and codec (a table whose schema evolved holds files of each version: each is combined with its
-    own, and written with its codec).
+    """The groups of files to rewrite: groups of two or more small files with the same Parquet
+    schema and codec (a table whose schema evolved holds files of each version: each is combined
+    with its own, and written with its codec), and, alone, each other file whose row groups are
+    far past the table's row group size (written before ``lakehouse.row_groups``, or by another
+    engine), so that a compacted table has the layout the jobs write.
 
     Files are packed by their data bytes, without their footers: a combined file holds its files'
-    row groups re-encoded alike, and one footer, so its data bytes are the sum of theirs, and the
+    rows re-encoded alike, and one footer, so its data bytes are the sum of theirs, and the
     first-fit packing leaves nothing to combine a second time however small the files."""
-    small = [f for f in files if is_small(f.file_size_in_bytes, target)]
-    if len(small) < 2:
-        return []
+    too_big = RELAYOUT_FACTOR * row_group_bytes(table.properties)
     with ThreadPoolExecutor(8) as pool:  # one footer read each: on an object store, a request each
-        footers = list(pool.map(lambda f: _footer(table, f), small))
+        footers = list(pool.map(lambda f: _footer(table, f), files))
     alike: dict[tuple[pa.Schema, str], list[tuple[DataFile, int]]] = {}
-    for data_file, (schema, codec, data_bytes) in zip(small, footers, strict=True):
-        alike.setdefault((schema, codec), []).append((data_file, data_bytes))
-    groups = []
+    relaid = set()
+    for data_file, (schema, codec, data_bytes, largest_group) in zip(files, footers, strict=True):
+        if largest_group > too_big:
+            relaid.add(data_file.file_path)
+        if is_small(data_file.file_size_in_bytes, target):
+            alike.setdefault((schema, codec), []).append((data_file, data_bytes))
+    groups = [[f] for f in files if f.file_path in relaid and not is_small(f.file_size_in_bytes, target)]
     for same in alike.values():
         bins = first_fit_groups([f for f, _ in same], [n for _, n in same], target)
-        groups.extend(b for b in bins if len(b) > 1)
+        groups.extend(b for b in bins if len(b) > 1 or b[0].file_path in relaid)
     return sorted(groups, key=lambda g: g[0].file_path)
 
 
-def _footer(table: Table, data_file: DataFile) -> tuple[pa.Schema, str, int]:
-    """A data file's Arrow schema, its compression codec (as ``pq.ParquetWriter`` names it) and its
-    size less its footer."""
+def _footer(table: Table, data_file: DataFile) -> tuple[pa.Schema, str, int, int]:
+    """A data file's Arrow schema, its compression codec (as ``pq.ParquetWriter`` names it), its
+    size less its footer, and the uncompressed bytes of its largest row group of several rows."""
     with table.io.new_input(data_file.file_path).open() as stream:
         meta = pq.read_metadata(stream)
     codec = meta.row_group(0).column(0).compression if meta.num_row_groups and meta.num_columns else "ZSTD"
     codec = {"UNCOMPRESSED": "none", "LZ4_RAW": "lz4"}.get(codec, codec.lower())
-    return meta.schema.to_arrow_schema(), codec, data_file.file_size_in_bytes - meta.serialized_size
+    groups = (meta.row_group(g) for g in range(meta.num_row_groups))
+    largest = max((g.total_byte_size for g in groups if g.num_rows > 1), default=0)
+    return meta.schema.to_arrow_schema(), codec, data_file.file_size_in_bytes - meta.serialized_size, largest
 
 
 class _ReplaceFiles(_OverwriteFiles):

@@ -26,15 +26,20 @@ T = TypeVar("T")
 
 def target_file_bytes(properties: Mapping[str, str]) -> int:
     """The data file size a table with these properties aims at."""
-    value = properties.get(TARGET_PROPERTY)
+    return bytes_property(properties, TARGET_PROPERTY, TARGET_FILE_BYTES)
+
+
+def bytes_property(properties: Mapping[str, str], key: str, default: int) -> int:
+    """The table property ``key``, a positive number of bytes, else ``default``."""
+    value = properties.get(key)
     if value is None:
-        return TARGET_FILE_BYTES
+        return default
     try:
         size = int(value)
     except ValueError:
         size = 0
     if size <= 0:
-        raise InputError(f"table property {TARGET_PROPERTY}={value!r} must be a positive number of bytes")
+        raise InputError(f"table property {key}={value!r} must be a positive number of bytes")
     return size
 
 

@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import StringType
@@ -23,6 +22,7 @@ from pyiceberg.types import StringType
 from lakehouse.catalog import ensure_table
 from lakehouse.commit import CommitResult, Run, StagedFile
 from lakehouse.local_files import sync_file, sync_folders
+from lakehouse.row_groups import RowGroupWriter, row_group_bytes
 from lakehouse.run_binding import RunOutput, commit_run, find_run_commits
 from lakehouse.schemas import arrow_schema
 
@@ -37,7 +37,9 @@ def commit_rows(
     path = f"{run.staging_prefix(table)}/{run.job}.parquet"
     arrow = pa.Table.from_pylist([plain_row(schema, row) for row in rows], schema=arrow_schema(schema))
     with table.io.new_output(path).create(overwrite=True) as stream:
-        pq.write_table(arrow, stream)
+        writer = RowGroupWriter(stream, arrow.schema, row_group_bytes(table.properties))
+        writer.write_table(arrow)
+        writer.close()
     if "://" not in path or path.startswith("file://"):  # the commit protocol: on disk before committed
         local = path.removeprefix("file://")
         sync_file(local)

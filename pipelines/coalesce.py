@@ -123,7 +123,7 @@ def merge_files(paths: Sequence[str], target: Target) -> tuple[str, int, int]:
     sorts where they did); returns its path, rows and bytes."""
     found = _PART.search(paths[0].rsplit("/", 1)[-1])
     path = f"{target.prefix}/part-{found.group(1) if found else '00000'}-c-{uuid.uuid4().hex[:8]}.parquet"
-    records, size = combine_files(paths, path, target.schema, target.io_properties)
+    records, size = combine_files(paths, path, target.schema, target.io_properties, group_bytes=target.group_bytes)
     return path, records, size
 
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyiceberg.table import Table
 from pyspark.sql import DataFrame
 
@@ -27,6 +26,7 @@ from lakehouse.combine import make_durable
 from lakehouse.commit import StagedFile
 from lakehouse.file_sizes import TARGET_FILE_BYTES, target_file_bytes
 from lakehouse.parquet import store_properties
+from lakehouse.row_groups import ROW_GROUP_BYTES, RowGroupWriter, row_group_bytes
 
 REPORT_SCHEMA = "target string, path string, records long, counts string, bytes long"
 
@@ -40,11 +40,17 @@ class Target:
     io_properties: Mapping[str, str] = field(repr=False)  # may hold the store's keys
     count_column: str | None = None  # report the number of rows per value of this column (written or not)
     file_bytes: int = TARGET_FILE_BYTES  # the table's target data file size (``lakehouse.file_sizes``)
+    group_bytes: int = ROW_GROUP_BYTES  # the table's row group size (``lakehouse.row_groups``)
 
     @classmethod
     def for_table(cls, table: Table, prefix: str, schema: pa.Schema, count_column: str | None = None) -> Target:
         return cls(
-            prefix, schema, store_properties(table.io.properties), count_column, target_file_bytes(table.properties)
+            prefix,
+            schema,
+            store_properties(table.io.properties),
+            count_column,
+            target_file_bytes(table.properties),
+            row_group_bytes(table.properties),
         )
 
 
@@ -101,7 +107,7 @@ def write_partition(
     ctx = TaskContext.get()
     part = (ctx.partitionId() if ctx else 0) if part is None else part
     tag = f"{part:05d}-{ctx.attemptNumber() if ctx else 0}"
-    open_files: dict[str, tuple[object, pq.ParquetWriter, str]] = {}
+    open_files: dict[str, tuple[object, RowGroupWriter, str]] = {}
     records: Counter[str] = Counter()
     counts: dict[str, Counter[str]] = {name: Counter() for name in targets}
     try:
@@ -115,7 +121,7 @@ def write_partition(
                 if name not in open_files:
                     path = f"{target.prefix}/part-{tag}-{uuid.uuid4().hex[:8]}.parquet"
                     stream = PyArrowFileIO(dict(target.io_properties)).new_output(path).create()
-                    writer = pq.ParquetWriter(stream, target.schema, compression="zstd")
+                    writer = RowGroupWriter(stream, target.schema, target.group_bytes)
                     open_files[name] = (stream, writer, path)
                 open_files[name][1].write_table(part)
                 records[name] += part.num_rows
@@ -145,7 +151,7 @@ def write_partition(
         yield pa.RecordBatch.from_pylist([report])
 
 
-def _discard(stream, writer: pq.ParquetWriter, path: str, io_properties: Mapping[str, str]) -> None:
+def _discard(stream, writer: RowGroupWriter, path: str, io_properties: Mapping[str, str]) -> None:
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
     with contextlib.suppress(Exception):  # best effort: `factory gc` removes whatever stays

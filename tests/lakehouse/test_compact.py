@@ -124,7 +124,7 @@ def test_a_compaction_killed_before_its_commit_changes_nothing_and_its_retry_fin
 
     # The rest in this process (the CLI's main, as `factory` runs it): no fault can fire here.
     assert main(list(args)) == 0
-    assert "replaced 5 small file(s) (100 records) by 1; 5 → 1 file(s)" in capsys.readouterr().out
+    assert "replaced 5 file(s) (100 records) by 1; 5 → 1 file(s)" in capsys.readouterr().out
     assert _rows(catalog) == rows and len(_files(catalog)) == 1
     assert main(list(args)) == 0 and "already compacted by this run" in capsys.readouterr().out
 
@@ -163,3 +163,38 @@ def test_a_writer_committing_during_a_compaction_keeps_its_rows(catalog, factory
     # Lineage reaches the writer that committed meanwhile, behind the compaction.
     (compact,) = pipeline_runs(catalog, "raw.docs", catalog.load_table(TABLE).current_snapshot().snapshot_id)
     assert [r["run_id"] for r in compact["inputs"][0]["runs"]] == ["ingest-b", "ingest-a"]
+
+
+def test_compacted_files_are_cut_into_row_groups_of_the_tables_property(catalog):
+    _ingest(catalog, "ingest-a", files=6, rows=50, text_bytes=400)
+    table = catalog.load_table(TABLE)
+    with table.transaction() as tx:
+        tx.set_properties({"write.parquet.row-group-size-bytes": "4096"})
+    rows = _rows(catalog)
+    compact_table(catalog, TABLE)
+    (path,) = _files(catalog)
+    meta = pq.read_metadata(path.removeprefix("file://"))
+    sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+    # Each row holds ~400 bytes of text: ten rows to a 4 KB group, not one group per source file.
+    assert sum(sizes) == 300 and max(sizes) <= 10 and meta.num_row_groups >= 30
+    assert _rows(catalog) == rows
+
+
+@pytest.mark.parametrize("target", [None, 1000], ids=["small-file", "big-file"])
+def test_a_file_of_another_layout_is_rewritten_alone_and_once(catalog, target):
+    """A file written with one row group of 20 KB, in a table whose row groups hold 4 KB: alone,
+    small (nothing to combine it with) or big (past the target), compaction rewrites it."""
+    _ingest(catalog, "ingest-a", files=1, rows=50, text_bytes=400)
+    table = catalog.load_table(TABLE)
+    properties = {"write.parquet.row-group-size-bytes": "4096"}
+    if target:
+        properties["write.target-file-size-bytes"] = str(target)
+    with table.transaction() as tx:
+        tx.set_properties(properties)
+    rows = _rows(catalog)
+    result = compact_table(catalog, TABLE)
+    assert (result.files_before, result.files_after, result.files_rewritten) == (1, 1, 1)
+    (path,) = _files(catalog)
+    meta = pq.read_metadata(path.removeprefix("file://"))
+    assert meta.num_row_groups >= 5 and _rows(catalog) == rows
+    assert compact_table(catalog, TABLE).snapshot_id is None  # the layout is the table's now

@@ -259,3 +259,19 @@ def test_output_does_not_depend_on_parallelism(spark, catalog, factory_home, tmp
     paths = sorted(t.file.file_path for t in table.scan(snapshot_id=other).plan_files())
     layout_other = [pq.read_table(p.removeprefix("file://")).to_pylist() for p in paths]
     assert _layout(catalog, local2.documents.snapshot_id) == layout_other
+
+
+def test_the_documents_table_is_cut_into_row_groups_of_its_property(spark, catalog, tmp_path):
+    """Spark hands a task's rows over in Arrow batches of thousands of documents; each batch was
+    one row group (tens of MB over source files), all of it decoded to read one document."""
+    records = [{"id": str(i), "text": f"{i} " + "word " * 2_000} for i in range(600)]  # ~6 MB
+    path = write_jsonl(tmp_path / "big.jsonl", records)
+    ingest(spark, catalog, options([path], "jsonl", id_field="id"))
+
+    table = catalog.load_table(("raw", "docs"))
+    groups = []
+    for task in table.scan().plan_files():
+        meta = pq.read_metadata(task.file.file_path.removeprefix("file://"))
+        groups += [meta.row_group(g) for g in range(meta.num_row_groups)]
+    assert sum(g.num_rows for g in groups) == 600 and len(groups) >= 6
+    assert max(g.total_byte_size for g in groups) < 1.2 * (1 << 20)
