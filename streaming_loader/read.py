@@ -18,6 +18,7 @@ from types import MappingProxyType
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakehouse.errors import DataFileError
 from lakehouse.parquet import file_io_properties, open_parquet
@@ -37,7 +38,8 @@ class UnitDocs:
 
     positions: np.ndarray
     """Position of each document in the shard's slice (ascending)."""
-    texts: list[str]
+    texts: list[str | pa.Buffer]
+    """Their texts; one longer than the plan's ``max_document_bytes`` as a view of its UTF-8 bytes."""
 
 
 def read_unit(plan: StreamPlan, unit: Unit) -> UnitDocs:
@@ -56,8 +58,19 @@ def read_unit(plan: StreamPlan, unit: Unit) -> UnitDocs:
     keep = _eligible(component, chosen, plan.split)
     kept = np.flatnonzero(keep)
     positions = unit.first + kept
-    texts = chosen.column("text").take(_indices(kept)).to_pylist()
+    texts = _texts(chosen.column("text").take(_indices(kept)), plan.max_document_bytes)
     return UnitDocs(positions=positions.astype(np.int64), texts=texts)
+
+
+def _texts(column: pa.ChunkedArray, limit: int | None) -> list[str | pa.Buffer]:
+    """The texts as ``str``, but those over ``limit`` bytes as views of their UTF-8 bytes: the
+    tokenizer decodes those a piece at a time, so a long document never sits in memory as a
+    ``str`` (up to four bytes a character where it holds one character past Latin-1)."""
+    if limit and len(column):
+        lengths = pc.binary_length(column).to_numpy()
+        if lengths.max() > limit:
+            return [value.as_buffer() if n > limit else value.as_py() for value, n in zip(column, lengths, strict=True)]
+    return column.to_pylist()
 
 
 def _read_rows(plan: StreamPlan, component: ComponentPlan, unit: Unit, segments: list[Segment]) -> pa.Table:

@@ -12,7 +12,7 @@ import itertools
 import json
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,56 +91,57 @@ def _tokenizer(sha256: str, text: str):
 ENCODE_BATCH_BYTES = 1 << 20
 
 
-def encode(tokenizer, texts: Sequence[str], max_document_bytes: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def encode(
+    tokenizer, texts: Sequence[str | bytes | memoryview], max_document_bytes: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Token ids of ``texts`` as one flat int32 array and ``len(texts) + 1`` offsets into it.
 
     A text longer than ``max_document_bytes`` (UTF-8) is tokenized in pieces of at most that
     size (``split_document``), its ids run on: the ids near each cut may differ from those of
-    the whole text, but they are the same on every run."""
+    the whole text, but they are the same on every run. A text may be given as its UTF-8 bytes
+    (a reader's view of a long document): only the piece being tokenized is then decoded."""
     if not texts:
         return np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64)
-    pieces, owners = _pieces(texts, max_document_bytes)
-    arrays, counts, batch, size, done = [], np.zeros(len(pieces), dtype=np.int64), [], 0, 0
-    for piece in [*pieces, None]:
+    arrays, counts, owners, batch, size = [], [], [], [], 0
+    for owner, piece in itertools.chain(_pieces(texts, max_document_bytes), [(None, None)]):
         if batch and (piece is None or size + len(piece) > ENCODE_BATCH_BYTES):
-            arrays.append(_encode_batch(tokenizer, batch, counts[done : done + len(batch)]))
-            done, batch, size = done + len(batch), [], 0
+            found = np.zeros(len(batch), dtype=np.int64)
+            arrays.append(_encode_batch(tokenizer, batch, found))
+            counts.append(found)
+            batch, size = [], 0
         if piece is not None:
             batch.append(piece)
+            owners.append(owner)
             size += len(piece)
-    return _concatenate(arrays), _offsets(counts, owners, len(texts))
+    return _concatenate(arrays), _offsets(np.concatenate(counts), np.asarray(owners, dtype=np.int64), len(texts))
 
 
-def _pieces(texts: Sequence[str], limit: int | None) -> tuple[list[str], np.ndarray | None]:
-    """The texts, those over ``limit`` bytes split; for each piece the index of its text (None: one each)."""
-    # A str of n characters holds at most 4n bytes of UTF-8: only those that might be over are encoded to see.
-    if not limit or all(len(t) * 4 <= limit for t in texts):
-        return list(texts), None
-    pieces, owners = [], []
+def _pieces(texts: Sequence[str | bytes | memoryview], limit: int | None) -> Iterator[tuple[int, str]]:
+    """Each text's pieces (one, unless it is over ``limit`` bytes) with the text's index, made as taken."""
     for i, text in enumerate(texts):
-        split = split_document(text, limit) if len(text) * 4 > limit else [text]
-        pieces.extend(split)
-        owners.extend([i] * len(split))
-    return pieces, np.asarray(owners, dtype=np.int64)
+        # A str of n characters holds at most 4n bytes of UTF-8: only those that might be over are split.
+        if isinstance(text, str) and (not limit or len(text) * 4 <= limit):
+            yield i, text
+        else:
+            for piece in split_document(text, limit or len(text) * 4):
+                yield i, piece
 
 
-def split_document(text: str, limit: int) -> list[str]:
+def split_document(text: str | bytes | memoryview, limit: int) -> Iterator[str]:
     """``text`` in pieces of at most ``limit`` UTF-8 bytes, each cut after the last newline of its
-    second half if it has one (tokens rarely cross a line), else at a character boundary."""
-    data = text.encode("utf-8")
-    if len(data) <= limit:
-        return [text]
-    pieces, start = [], 0
+    second half if it has one (tokens rarely cross a line), else at a character boundary; each
+    piece decoded only when it is taken."""
+    data = memoryview(text.encode("utf-8") if isinstance(text, str) else text)
+    start = 0
     while len(data) - start > limit:
         end = start + limit
-        newline = data.rfind(b"\n", start + limit // 2, end)
-        cut = newline + 1 if newline >= 0 else end
+        newline = bytes(data[start + limit // 2 : end]).rfind(b"\n")
+        cut = start + limit // 2 + newline + 1 if newline >= 0 else end
         while 0xC0 & data[cut] == 0x80:  # inside a character: back to its first byte
             cut -= 1
-        pieces.append(data[start:cut].decode("utf-8"))
+        yield str(data[start:cut], "utf-8")
         start = cut
-    pieces.append(data[start:].decode("utf-8"))
-    return pieces
+    yield str(data[start:], "utf-8")
 
 
 def _encode_batch(tokenizer, batch: list[str], counts: np.ndarray) -> np.ndarray:
@@ -157,11 +158,10 @@ def _concatenate(arrays: list[np.ndarray]) -> np.ndarray:
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
-def _offsets(counts: np.ndarray, owners: np.ndarray | None, n_texts: int) -> np.ndarray:
-    if owners is not None:  # the pieces' counts summed per text
-        counts = np.bincount(owners, weights=counts, minlength=n_texts).astype(np.int64)
+def _offsets(counts: np.ndarray, owners: np.ndarray, n_texts: int) -> np.ndarray:
+    """Each text's first id: the pieces' counts summed per text."""
     offsets = np.zeros(n_texts + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
+    np.cumsum(np.bincount(owners, weights=counts, minlength=n_texts).astype(np.int64), out=offsets[1:])
     return offsets
 
 

@@ -14,12 +14,12 @@ LONG = "def f(x):\n    return x + 1\n" * 300 + "naïve café 東京 🙂" * 200 
 
 
 def test_a_long_document_is_cut_in_pieces_within_the_bound_at_line_ends():
-    pieces = split_document(LONG, 1000)
+    pieces = list(split_document(LONG, 1000))
     assert "".join(pieces) == LONG
     assert len(pieces) > 8 and all(len(p.encode()) <= 1000 for p in pieces)
     lined = [p for p in pieces[:-1] if "naïve" not in p]
     assert lined and all(p.endswith("\n") for p in lined)  # cut after a line where there is one
-    assert split_document("short\n", 1000) == ["short\n"]
+    assert list(split_document("short\n", 1000)) == ["short\n"]
 
 
 def test_a_long_document_is_tokenized_piece_by_piece(mixture):
@@ -27,12 +27,15 @@ def test_a_long_document_is_tokenized_piece_by_piece(mixture):
     texts = ["a short one\n", LONG, ""]
     flat, offsets = encode(tokenizer, texts, max_document_bytes=1000)
     docs = [flat[a:b].tolist() for a, b in itertools.pairwise(offsets)]
-    expected = [e.ids for e in tokenizer.encode_batch(split_document(LONG, 1000), add_special_tokens=False)]
+    expected = [e.ids for e in tokenizer.encode_batch(list(split_document(LONG, 1000)), add_special_tokens=False)]
     assert docs[1] == list(itertools.chain.from_iterable(expected))  # one document: its pieces' ids run on
     assert docs[0] == tokenizer.encode(texts[0], add_special_tokens=False).ids and docs[2] == []
     whole, bounds = encode(tokenizer, texts)  # without a bound: the whole document's ids
     assert tokenizer.decode(docs[1]) == tokenizer.decode(whole[bounds[1] : bounds[2]].tolist()) == LONG
     assert encode(tokenizer, texts, max_document_bytes=10**6)[0].tolist() == whole.tolist()
+    # A reader hands a long document over as its UTF-8 bytes, decoded a piece at a time: the same ids.
+    as_bytes = encode(tokenizer, [texts[0], LONG.encode(), ""], max_document_bytes=1000)
+    assert as_bytes[0].tolist() == flat.tolist() and as_bytes[1].tolist() == offsets.tolist()
 
 
 def test_the_stream_with_split_documents_is_deterministic_and_loses_no_text(mixture):
