@@ -16,10 +16,11 @@ the same rows give the same file whatever the batch sizes upstream.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -40,19 +41,19 @@ def row_group_bytes(properties: Mapping[str, str]) -> int:
     return bytes_property(properties, ROW_GROUP_PROPERTY, ROW_GROUP_BYTES)
 
 
-def row_bytes(table: pa.Table) -> np.ndarray:
+def row_bytes(table: pa.Table) -> list[int]:
     """Each row's uncompressed size: the lengths of its variable-width values, plus each other
     column's average width (fixed-width values, nulls' bitmaps, nested values)."""
-    sizes = np.zeros(table.num_rows, dtype=np.int64)
     if table.num_rows == 0:
-        return sizes
+        return []
+    sizes = pa.array([0] * table.num_rows, pa.int64())
     rest = 0
     for column in table.columns:
         if any(is_kind(column.type) for is_kind in _VARIABLE):
-            sizes += pc.binary_length(column).fill_null(0).to_numpy()
+            sizes = pc.add(sizes, pc.binary_length(column).cast(pa.int64()).fill_null(0))
         else:
             rest += column.nbytes
-    return sizes + rest // table.num_rows + 1
+    return [size + rest // table.num_rows + 1 for size in sizes.to_pylist()]
 
 
 class RowGroupWriter:
@@ -64,25 +65,25 @@ class RowGroupWriter:
         self._writer = pq.ParquetWriter(sink, schema, compression=compression, write_batch_size=PAGE_CHECK_VALUES)
         self._group_bytes = group_bytes
         self._pending: pa.Table | None = None
-        self._pending_sizes = np.zeros(0, dtype=np.int64)
+        self._pending_sizes: list[int] = []
 
     def write_table(self, table: pa.Table) -> None:
         if table.num_rows == 0:
             return
         if self._pending is not None:
             table = pa.concat_tables([self._pending, table])
-            sizes = np.concatenate([self._pending_sizes, row_bytes(table.slice(self._pending.num_rows))])
+            sizes = self._pending_sizes + row_bytes(table.slice(self._pending.num_rows))
         else:
             sizes = row_bytes(table)
-        ends = np.cumsum(sizes)
+        ends = list(itertools.accumulate(sizes))
         start, done = 0, 0
         while start < table.num_rows:
             # The rows whose running total stays within one group from `start`; at least one row.
-            stop = max(int(np.searchsorted(ends, done + self._group_bytes, side="right")), start + 1)
+            stop = max(bisect.bisect_right(ends, done + self._group_bytes), start + 1)
             if stop >= table.num_rows and ends[-1] - done < self._group_bytes:
                 break  # not full yet: wait for more rows
             self._writer.write_table(table.slice(start, stop - start), row_group_size=stop - start)
-            done = int(ends[stop - 1])
+            done = ends[stop - 1]
             start = stop
         self._pending = table.slice(start) if start < table.num_rows else None
         self._pending_sizes = sizes[start:]

@@ -52,14 +52,14 @@ def test_groups_of_several_rows_stay_within_the_size_and_a_bigger_row_is_alone()
     start, big = 0, []
     for g in range(meta.num_row_groups):
         rows = meta.row_group(g).num_rows
-        held = int(sizes[start : start + rows].sum())
+        held = sum(sizes[start : start + rows])
         if rows > 1:
             assert held <= 20_000
         else:
             big.append(held)
         # A group is closed only when the next row would not fit: groups are as full as they can be.
         if start + rows < table.num_rows:
-            assert held + int(sizes[start + rows]) > 20_000
+            assert held + sizes[start + rows] > 20_000
         start += rows
     assert start == table.num_rows and meta.num_row_groups > 10
     assert any(size > 50_000 for size in big)  # the 50 KB row
