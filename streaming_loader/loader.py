@@ -208,6 +208,7 @@ class StreamingLoader:
             "packing": c.packing,
             "shuffle_window": c.shuffle_window,
             "split": c.split,
+            "max_document_bytes": c.max_document_bytes,
         }
 
     def _stream(self, shard: int, component: int) -> SubStream:

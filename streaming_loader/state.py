@@ -26,6 +26,7 @@ STREAM_KEYS = (
     "packing",
     "shuffle_window",
     "split",
+    "max_document_bytes",  # a longer document is tokenized in pieces: other tokens at the cuts
 )
 
 

@@ -53,6 +53,7 @@ CHANGED = {
     "packing": "pad",
     "shuffle_window": 4,
     "split": "heldout",
+    "max_document_bytes": 4096,
 }
 
 
