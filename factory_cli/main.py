@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -55,6 +56,9 @@ SPARK_COMMANDS: dict[str, str | None] = {
     "rl": "rl.build",
     "demo": None,
 }
+
+# Spark jobs whose last act is a catalog commit: run as a program, they end right after it (``main``).
+QUICK_EXIT_COMMANDS = {"ingest", "dedup", "filter", "decontaminate"}
 
 # Command groups of which only some subcommands run Spark (`factory rl train` does not).
 SPARK_SUBCOMMANDS: dict[str, set[str]] = {"rl": {"build"}}
@@ -146,12 +150,28 @@ def _execute(module, args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    as_program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in argv if not a.startswith("-")), None)
     _start_spark_early(selected, argv)
     parser = build_parser(selected if selected in COMMANDS else None)
     args = parser.parse_args(argv)
-    return _execute(importlib.import_module(COMMANDS[args.command][0]), args)
+    code = _execute(importlib.import_module(COMMANDS[args.command][0]), args)
+    if as_program and args.command in QUICK_EXIT_COMMANDS:
+        _exit_now(code)
+    return code
+
+
+def _exit_now(code: int) -> None:
+    """End the process without the interpreter's teardown.
+
+    By now the job's commit is in the catalog, durable: what teardown would add is seconds of
+    freeing pyarrow, pyiceberg and py4j objects and joining idle threads. The JVM notices its
+    gateway's stdin close and runs its own shutdown hooks (temporary folders), as on any exit."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@
 Stages (each a plain function of ``dedup_stages``, ``minhash``, ``shingles`` run by Spark):
 
 1. features: every document's exact key (hash of its normalised text), length, shingle count
-   and the LSH band hashes of its MinHash signature, computed in ``mapInArrow`` tasks over
-   Arrow batches (only these small rows are shuffled afterwards, never the texts);
+   and the LSH band hashes of its MinHash signature, computed in Python tasks that read the
+   pinned files' read units themselves (``dedup_units``: the texts never pass through the JVM;
+   only these small rows enter Spark and are shuffled afterwards);
 2. exact duplicates: documents with the same exact key; the group's smallest key stands for it;
 3. candidates: documents sharing a band hash: every pair of a small bucket, and in a bucket of
    more than ``PAIRS_BUCKET_LIMIT`` documents each member with its few smallest ones (linear in
@@ -75,12 +76,11 @@ from pipelines.dedup_local import (
     feature_counts,
 )
 from pipelines.dedup_stages import (
-    FEATURES_SCHEMA,
     DedupConfig,
     KeyedShingles,
     compare_pairs,
-    document_features,
 )
+from pipelines.dedup_units import unit_features
 from pipelines.snapshot_texts import TextSource, texts_of
 from pipelines.spark_session import NO_ADAPTIVE, read_snapshot, session_conf
 from pipelines.staging import Target, write_staged
@@ -250,13 +250,13 @@ class _Work:
         """Decide every document: on the driver when the input allows (``dedup_local``), else in Spark."""
         clock = _Clock()
         if self.records <= DRIVER_DOCUMENTS:
-            features = _features(self.texts, self.cfg).toArrow()  # the one Spark job before the writes
+            features = unit_features(self.spark, self.sources, self.cfg).toArrow()  # the one job before the writes
             counts = feature_counts(features)
             log.info("dedup stage 1/4 (features): %d document(s) in %.1fs", counts["all"], clock.lap())
             outcome = self._run_local(features, counts, clock)
             if outcome is not None:
                 return outcome
-        features = self._keep(_features(self.texts, self.cfg))
+        features = self._keep(unit_features(self.spark, self.sources, self.cfg))
         is_input = F.col("_key").startswith(INPUT)
         counts = features.agg(
             F.count("*").alias("all"),
@@ -533,14 +533,6 @@ class _Clock:
         now = time.monotonic()
         elapsed, self.last = now - self.last, now
         return elapsed
-
-
-def _features(texts: DataFrame, cfg: DedupConfig) -> DataFrame:
-    def features(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            yield document_features(batch.column("_key"), batch.column("text"), cfg)
-
-    return texts.mapInArrow(features, FEATURES_SCHEMA)
 
 
 def _bucket_members(exact: DataFrame, partitions: int) -> DataFrame:

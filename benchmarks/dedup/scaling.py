@@ -9,7 +9,8 @@ benchmark. The fit is time = a · size^b by least squares on the logs; b is the 
 docs quote. Beside the wall time each run records the CPU seconds of the whole process tree
 (the JVM, Spark's Python workers: every process of its session, sampled from /proc five times a
 second), which other work on a shared machine disturbs far less than wall time, and the load
-average.
+average, and the peak memory of the driver (its Python process), the JVM (with ``local[N]`` the
+driver and the executors in one) and the executors' Python workers.
 """
 
 from __future__ import annotations
@@ -35,25 +36,51 @@ def fit_exponent(sizes: list[float], seconds: list[float]) -> tuple[float, float
     return float(np.exp(log_a)), float(b)
 
 
-def run_measured(command: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of every process in the command's session)."""
+def run_measured(command: list[str], env: dict[str, str]) -> tuple[float, float, dict[str, float]]:
+    """(wall seconds, CPU seconds of every process in the command's session, peak memory in MB).
+
+    The peaks: the driver's Python process and the JVM (with ``local[N]`` the driver and the
+    executors share it) each by the kernel's high-water mark of its resident set; Spark's Python
+    workers (the executors' Python side) by the largest sum of their resident sets in a sample."""
     print(f"running: {' '.join(command[2:])}", file=sys.stderr, flush=True)
     start = time.monotonic()
     proc = subprocess.Popen(command, cwd=REPO, env={**os.environ, **env}, stdout=sys.stderr, start_new_session=True)
     cpu: dict[tuple[int, int], int] = {}  # (pid, start time) → ticks, the last seen
+    peak = {"driver_python_mb": 0.0, "jvm_mb": 0.0, "python_workers_mb": 0.0}
     while proc.poll() is None:
+        workers = 0.0
         for entry in os.listdir("/proc"):
             if entry.isdigit():
                 try:
                     fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                    status = _status(entry) if int(fields[3]) == proc.pid else {}
                 except (OSError, IndexError):
                     continue
                 if int(fields[3]) == proc.pid:  # its session: the command and all it started
                     cpu[(int(entry), int(fields[19]))] = int(fields[11]) + int(fields[12])
+                    if int(entry) == proc.pid:
+                        peak["driver_python_mb"] = max(peak["driver_python_mb"], status.get("VmHWM", 0.0))
+                    elif status.get("Name") == "java":
+                        peak["jvm_mb"] = max(peak["jvm_mb"], status.get("VmHWM", 0.0))
+                    else:
+                        workers += status.get("VmRSS", 0.0)
+        peak["python_workers_mb"] = max(peak["python_workers_mb"], workers)
         time.sleep(0.2)
     if proc.returncode != 0:
         raise subprocess.CalledProcessError(proc.returncode, command)
-    return time.monotonic() - start, sum(cpu.values()) / _TICK
+    return time.monotonic() - start, sum(cpu.values()) / _TICK, {k: round(v, 1) for k, v in peak.items()}
+
+
+def _status(pid: str) -> dict:
+    """A process's name and its memory lines (kB) of /proc/PID/status, in MB."""
+    status = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key == "Name":
+            status[key] = value.strip()
+        elif key in ("VmHWM", "VmRSS"):
+            status[key] = int(value.split()[0]) / 1024
+    return status
 
 
 def plot(runs: list[dict], wall: tuple[float, float], cpu: tuple[float, float], path: Path, cores: int) -> None:
@@ -105,13 +132,13 @@ def main() -> int:
         _ingest_once(corpus.folder, home, env)
         stamp = time.strftime("%Y%m%d%H%M%S")
         load_before = os.getloadavg()[0]
-        seconds, cpu_seconds = run_measured(
+        seconds, cpu_seconds, peak_memory = run_measured(
             [sys.executable, "-m", "factory_cli.main", "dedup", "--input", "bench.code", "--output",
              f"bench.scaling_{stamp}", "--run-id", f"scaling-{stamp}", "-q"],
             env,
         )  # fmt: skip
         runs.append({"mb": corpus.megabytes, "documents": corpus.documents, "seconds": seconds,
-                     "cpu_seconds": cpu_seconds, "load_before": load_before,
+                     "cpu_seconds": cpu_seconds, "peak_memory": peak_memory, "load_before": load_before,
                      "load_after": os.getloadavg()[0]})  # fmt: skip
         print(json.dumps(runs[-1]), flush=True)
     a, b = fit_exponent([r["mb"] for r in runs], [r["seconds"] for r in runs])

@@ -152,6 +152,35 @@ def test_spark_submit_runs_the_job_file(factory_home, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_spark_job_run_as_a_program_ends_after_its_commit_without_teardown(factory_home, catalog):
+    from tests.pipelines.dedup_corpus import planted_corpus, write_table
+
+    write_table(catalog, "raw.docs", planted_corpus(originals=4).docs)
+    # An exit hook stands for the interpreter's teardown: it must not run, and nothing the job
+    # printed may be lost with it.
+    program = (
+        "import atexit, sys; atexit.register(print, 'teardown ran', file=sys.stderr); "
+        "sys.argv = ['factory', 'dedup', '--input', 'raw.docs', '--output', 'dedup.docs', '--run-id', 'quick']; "
+        "from factory_cli.main import main; sys.exit(main())"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", program], cwd=REPO, env=os.environ, capture_output=True, text=True, timeout=300
+    )
+
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "teardown ran" not in proc.stderr
+    documents = catalog.load_table(("dedup", "docs"))
+    stats = snapshot_stats(find_run_snapshot(documents, "quick"))
+    assert f"kept {stats['kept']} of {stats['documents-in']} documents" in proc.stdout
+    assert find_run_snapshot(catalog.load_table(("dedup", "docs_clusters")), "quick") is not None
+    # Called as a function (tests, other commands), main returns.
+    assert "teardown ran" in subprocess.run(
+        [sys.executable, "-c", program.replace("sys.exit(main())", "main([*sys.argv[1:], '-q'])")],
+        cwd=REPO, env=os.environ, capture_output=True, text=True, timeout=300,
+    ).stderr  # fmt: skip
+
+
+@pytest.mark.slow
 def test_postgres_catalog_from_standard_pyiceberg_config(postgres, tmp_path):
     corpus = write_corpus(tmp_path / "corpus")
     env = {

@@ -63,17 +63,22 @@ def planted_corpus(seed: int = 7, originals: int = 120) -> Planted:
     return corpus
 
 
-def write_table(catalog, name: str, docs: list[dict], run_id: str = "fixture"):
-    """A document table holding ``docs``, committed as one snapshot by the commit protocol."""
+def write_table(
+    catalog, name: str, docs: list[dict], run_id: str = "fixture", *, files: int = 1, row_group_size: int | None = None
+):
+    """A document table holding ``docs`` in ``files`` files, committed as one snapshot by the commit protocol."""
     identifier = tuple(name.split("."))
     table = ensure_table(catalog, identifier, DOCUMENT_SCHEMA)
     run = Run(job="fixture", run_id=run_id, params={}, inputs=[])
-    files = []
-    if docs:
-        path = f"{run.staging_prefix(table)}/part-0.parquet"
+    staged = []
+    ordered = sorted(docs, key=lambda d: d["doc_id"])
+    for part in range(files if docs else 0):
+        path = f"{run.staging_prefix(table)}/part-{part}.parquet"
         local = Path(path.removeprefix("file://"))
         local.parent.mkdir(parents=True, exist_ok=True)
-        rows = sorted(docs, key=lambda d: d["doc_id"])
-        pq.write_table(pa.Table.from_pylist(rows, schema=arrow_schema(DOCUMENT_SCHEMA)), local)
-        files.append(StagedFile(path, len(rows)))
+        rows = ordered[part::files]
+        table_rows = pa.Table.from_pylist(rows, schema=arrow_schema(DOCUMENT_SCHEMA))
+        pq.write_table(table_rows, local, row_group_size=row_group_size)
+        staged.append(StagedFile(path, len(rows)))
+    files = staged
     return commit_files(catalog, identifier, files, run, {"documents": len(docs)}).snapshot_id

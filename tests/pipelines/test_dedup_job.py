@@ -361,3 +361,32 @@ def test_the_driver_plan_and_the_distributed_plan_write_the_same_tables(spark, c
     assert verified["near-duplicates"] > 0 and verified["exact-duplicates"] > 0 and verified["against-duplicates"] > 0
     assert verified["short-documents"] == 20 and verified["largest-cluster"] >= 2
     assert unverified["verified-pairs"] == unverified["candidate-pairs"] > verified["verified-pairs"]
+
+
+@pytest.mark.slow
+def test_the_features_read_by_the_tasks_are_those_of_the_texts_spark_reads(spark, catalog):
+    from pyspark.sql import functions as F
+
+    from pipelines.dedup_local import INPUT
+    from pipelines.dedup_stages import document_features
+    from pipelines.dedup_units import unit_features
+    from pipelines.read_units import plan_units
+    from pipelines.snapshot_texts import TextSource
+    from pipelines.spark_session import read_snapshot, snapshot_files
+
+    corpus = planted_corpus(seed=3, originals=30)
+    write_table(catalog, "raw.docs", corpus.docs, files=3, row_group_size=17)  # units of several row groups
+    table = catalog.load_table(("raw", "docs"))
+    snapshot_id = table.current_snapshot().snapshot_id
+    assert len(plan_units(snapshot_files(table, snapshot_id, "raw.docs"), table.io.properties, "n_bytes")) == 3
+    cfg = DedupConfig()
+
+    ours = unit_features(spark, [TextSource(table, snapshot_id, "raw.docs", INPUT)], cfg).toArrow()
+
+    texts = read_snapshot(spark, table, snapshot_id, "raw.docs").select(
+        F.concat(F.lit(INPUT), "doc_id").alias("_key"), "text"
+    )
+    texts = texts.toArrow().combine_chunks()
+    expected = pa.Table.from_batches([document_features(texts["_key"].chunk(0), texts["text"].chunk(0), cfg)])
+    assert ours.num_rows == len(corpus.docs)
+    assert ours.sort_by("_key").to_pylist() == expected.sort_by("_key").to_pylist()
