@@ -51,7 +51,10 @@ def read_unit(plan: StreamPlan, unit: Unit) -> UnitDocs:
         # kept for the next ones.
         segments, wanted = plan.rows(unit, whole_blocks=True)
         key = (tuple((component.paths[s.file], s.start, s.stop) for s in segments), *_columns_to_read(component))
-        rows = _block_cache(plan.block_cache_bytes).get(key, lambda: _read_rows(plan, component, unit, segments))
+        # Kept as one chunk: pyarrow's take over a table of many chunks (a row group's batches)
+        # first concatenates them, a copy of the whole block for each unit that takes a few rows.
+        cache = _block_cache(plan.block_cache_bytes)
+        rows = cache.get(key, lambda: _read_rows(plan, component, unit, segments).combine_chunks())
     else:
         rows = _read_rows(plan, component, unit, segments)
     chosen = rows.take(_indices(wanted))  # the unit's rows, in stream order
