@@ -180,13 +180,14 @@ def plan_groups(table: Table, files: Sequence[DataFile], target: int) -> list[li
     with ThreadPoolExecutor(8) as pool:  # one footer read each: on an object store, a request each
         footers = list(pool.map(lambda f: _footer(table, f), files))
     alike: dict[tuple[pa.Schema, str], list[tuple[DataFile, int]]] = {}
-    relaid = set()
+    relaid, groups = set(), []
     for data_file, (schema, codec, data_bytes, largest_group) in zip(files, footers, strict=True):
-        if largest_group > too_big:
-            relaid.add(data_file.file_path)
         if is_small(data_file.file_size_in_bytes, target):
             alike.setdefault((schema, codec), []).append((data_file, data_bytes))
-    groups = [[f] for f in files if f.file_path in relaid and not is_small(f.file_size_in_bytes, target)]
+            if largest_group > too_big:  # rewritten alone if nothing joins it
+                relaid.add(data_file.file_path)
+        elif largest_group > too_big:
+            groups.append([data_file])
     for same in alike.values():
         bins = first_fit_groups([f for f, _ in same], [n for _, n in same], target)
         groups.extend(b for b in bins if len(b) > 1 or b[0].file_path in relaid)

@@ -80,14 +80,10 @@ class LoaderConfig:
             raise LoaderConfigError(f"packing must be one of {', '.join(PACKINGS)}, got {self.packing!r}")
         if self.split not in SPLITS:
             raise LoaderConfigError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
-        if (
-            isinstance(self.read_cache_bytes, bool)
-            or not isinstance(self.read_cache_bytes, int)
-            or self.read_cache_bytes < 0
-        ):
-            raise LoaderConfigError(f"read_cache_bytes must be an integer ≥ 0, got {self.read_cache_bytes!r}")
-        if isinstance(self.local_prefetch, bool) or not isinstance(self.local_prefetch, int) or self.local_prefetch < 0:
-            raise LoaderConfigError(f"local_prefetch must be an integer ≥ 0, got {self.local_prefetch!r}")
+        for name in ("read_cache_bytes", "local_prefetch"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise LoaderConfigError(f"{name} must be an integer ≥ 0, got {value!r}")
         if self.global_batch_size % self.dp_world:
             raise LoaderConfigError(
                 f"dp_world={self.dp_world} does not divide global_batch_size={self.global_batch_size}"
