@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # On the lent GPU machine (the `device` tool, carry [".device"]), after benchmarks/device/prepare.sh
-# here: unpacks the carried packages and runs one check, its output also under $OUT.
+# here: unpacks the carried packages and the data made here (benchmarks/device/data.sh: the
+# trainer and vllm checks train on it, as made by the factory's commands) and runs one check, its
+# output also under $OUT.
 #
 #     bash benchmarks/device/run.sh trainer   # issue 19 point 7: the 1B config on one H200 (< 8 min)
 #     bash benchmarks/device/run.sh loader    # the loader benchmark on the machine's 16 cores (about 3 min)
@@ -20,6 +22,11 @@ mkdir -p "$out" /tmp/device-site
 if [ ! -d /tmp/device-site/site ]; then
   tar -C /tmp/device-site -xJf "$archive" || { echo "cannot unpack $archive: run benchmarks/device/prepare.sh here and carry .device" >&2; exit 2; }
 fi
+data=${DATA_ARCHIVE:-.device/data.tar.xz}
+if [ "$check" != loader ] && [ ! -d /tmp/device-data ]; then
+  # Unpacked where it was made: its manifests name their files by absolute path.
+  tar -C / -xJf "$data" || { echo "cannot unpack $data: run benchmarks/device/data.sh here and carry .device" >&2; exit 2; }
+fi
 export PYTHONPATH=/tmp/device-site/site:$PWD PYTHONUNBUFFERED=1
 PYTHON=${PYTHON:-python3}
 $PYTHON - <<'PY' 2>&1 | tee "$out/environment.txt"
@@ -32,12 +39,12 @@ PY
 case "$check" in
   trainer)
     [ $# -gt 0 ] || set -- --config configs/1b.toml --steps 30 --set data.global_batch_size=64
-    timeout 540 $PYTHON benchmarks/trainer/run.py "$@" 2>&1 | tee "$out/trainer.txt" ;;
+    timeout 540 $PYTHON benchmarks/trainer/run.py --data /tmp/device-data/trainer "$@" 2>&1 | tee "$out/trainer.txt" ;;
   loader)
     [ $# -gt 0 ] || set -- --home /tmp/device-loaderhome --no-seek
     timeout 540 $PYTHON benchmarks/loader/run.py "$@" 2>&1 | tee "$out/loader.txt" ;;
   vllm)
-    timeout 540 $PYTHON benchmarks/export/vllm_check.py "$@" 2>&1 | tee "$out/vllm.txt" ;;
+    timeout 540 $PYTHON benchmarks/export/vllm_check.py --data /tmp/device-data/vllm "$@" 2>&1 | tee "$out/vllm.txt" ;;
   *)
     echo "unknown check $check: say trainer, loader or vllm" >&2; exit 2 ;;
 esac
