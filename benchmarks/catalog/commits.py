@@ -8,6 +8,10 @@ as a job's commit of its staged files) as fast as it can, to one shared table or
 own table. Reported: commits per second in all, mean latency, and retries (commits that lost a
 race and tried again). Also the latency of the first and last commits of a long run on one
 table, since each commit rewrites the table's metadata, which grows with its snapshots.
+
+Its tables are written here, not by `factory` commands: the subject is the commit protocol
+itself (``lakehouse.commit.commit_files``, what every job's last step calls), and each commit's
+file is as small as a file can be so that the figure is the catalog's cost, not the data's.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Packs, into .device/site.tar.xz, the Python packages the lent GPU machine's image lacks, for its
-# Python (3.12 by default; PY=3.11 builds the same for this machine, to try the recipe here).
+# Python (3.12 by default; PY=3.11 builds the same for this machine, to try the recipe here); then
+# makes each check's data, .device/data-<check>.tar.xz (benchmarks/device/data.sh).
 #
 #     bash benchmarks/device/prepare.sh          # here, once per session that has a device machine
-#     # then, with the `device` tool: carry [".device"], command "bash benchmarks/device/run.sh trainer"
+#     # then, with the `device` tool: carry [".device/site.tar.xz", ".device/data-trainer.tar.xz"],
+#     # command "bash benchmarks/device/run.sh trainer"
 #
 # Why a script of our own: that machine reaches no package registry and takes at most 64 MiB of
 # working tree, carried paths included. Its image holds torch, numpy, pyarrow and most small
@@ -43,3 +45,4 @@ tar -C "$DEST" -cf - site | xz -T0 -6 > "$DEST/site.tar.xz"
 rm -rf "$DEST/wheels" "$DEST/site"
 size=$(stat -c %s "$DEST/site.tar.xz")
 echo "$DEST/site.tar.xz: $((size / 1048576)) MiB (the working tree and this must stay under 64 MiB)" >&2
+bash benchmarks/device/data.sh

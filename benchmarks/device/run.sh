@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# On the lent GPU machine (the `device` tool, carry [".device"]), after benchmarks/device/prepare.sh
-# here: unpacks the carried packages and runs one check, its output also under $OUT.
+# On the lent GPU machine (the `device` tool), after benchmarks/device/prepare.sh here: unpacks the
+# carried packages and the check's data made here (benchmarks/device/data.sh: the tables the
+# factory's commands make, which need Spark, which that machine lacks) and runs one check, its
+# output also under $OUT. Carry the packages and that check's data, e.g.
+# [".device/site.tar.xz", ".device/data-trainer.tar.xz"] (all three data archives exceed 64 MiB).
 #
 #     bash benchmarks/device/run.sh trainer   # issue 19 point 7: the 1B config on one H200 (< 8 min)
-#     bash benchmarks/device/run.sh loader    # the loader benchmark on the machine's 16 cores (about 3 min)
+#     bash benchmarks/device/run.sh loader    # the loader benchmark on the machine's 16 cores, one copy
+#                                             # of the library (data-loader.tar.xz)
 #     bash benchmarks/device/run.sh vllm      # issue 31 point 2: vLLM serves `factory export`'s folder, greedy
 #                                             # completions against ours (skips, exit 0, where vllm is missing)
 #     bash benchmarks/device/run.sh trainer --config configs/demo-train.toml --steps 4   # other arguments
@@ -18,7 +22,14 @@ out=${OUT:-/tmp/device-out}
 archive=${SITE_ARCHIVE:-.device/site.tar.xz}
 mkdir -p "$out" /tmp/device-site
 if [ ! -d /tmp/device-site/site ]; then
-  tar -C /tmp/device-site -xJf "$archive" || { echo "cannot unpack $archive: run benchmarks/device/prepare.sh here and carry .device" >&2; exit 2; }
+  tar -C /tmp/device-site -xJf "$archive" || { echo "cannot unpack $archive: run benchmarks/device/prepare.sh here and carry it" >&2; exit 2; }
+fi
+data=.device/data-$check.tar.xz
+if [ "$check" != vllm ] || [ -f "$data" ]; then  # the vllm check makes nothing when it has a --checkpoint
+  if [ ! -d "/tmp/device-data/$check" ]; then
+    # Unpacked where it was made: its manifests name their files by absolute path.
+    tar -C / -xJf "$data" || { echo "cannot unpack $data: run benchmarks/device/data.sh $check here and carry it" >&2; exit 2; }
+  fi
 fi
 export PYTHONPATH=/tmp/device-site/site:$PWD PYTHONUNBUFFERED=1
 PYTHON=${PYTHON:-python3}
@@ -32,12 +43,12 @@ PY
 case "$check" in
   trainer)
     [ $# -gt 0 ] || set -- --config configs/1b.toml --steps 30 --set data.global_batch_size=64
-    timeout 540 $PYTHON benchmarks/trainer/run.py "$@" 2>&1 | tee "$out/trainer.txt" ;;
+    timeout 540 $PYTHON benchmarks/trainer/run.py --data /tmp/device-data/trainer "$@" 2>&1 | tee "$out/trainer.txt" ;;
   loader)
-    [ $# -gt 0 ] || set -- --home /tmp/device-loaderhome --no-seek
+    [ $# -gt 0 ] || set -- --home /tmp/device-data/loader --no-seek
     timeout 540 $PYTHON benchmarks/loader/run.py "$@" 2>&1 | tee "$out/loader.txt" ;;
   vllm)
-    timeout 540 $PYTHON benchmarks/export/vllm_check.py "$@" 2>&1 | tee "$out/vllm.txt" ;;
+    timeout 540 $PYTHON benchmarks/export/vllm_check.py --data /tmp/device-data/vllm "$@" 2>&1 | tee "$out/vllm.txt" ;;
   *)
     echo "unknown check $check: say trainer, loader or vllm" >&2; exit 2 ;;
 esac

@@ -10,6 +10,11 @@ base's FLOPs) and a far too large norm epsilon (the same cost). Without ``--conf
 of the tiny lakehouse of tests/experiments/lakehouse_setup.py is made first (not timed). The
 command runs in a fresh process with a fresh ``$FACTORY_HOME`` for its rows; the load average
 is reported beside each repeat (the machine is shared: a figure means little without it).
+
+The tiny lakehouse's tables are written by the tests' fixture, not by `factory` commands: they are
+a few kilobytes a component, read once per trial, and the figure is the ladder's training and
+scheduling time, which their layout does not move; with ``--config`` after `make demo`, the
+trials read the demo's tables, which `factory` commands wrote.
 """
 
 from __future__ import annotations

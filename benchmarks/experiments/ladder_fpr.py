@@ -13,6 +13,9 @@ paired by position. Each ladder's verdict comes from ``experiments.ladder.analys
 code `factory ablate --ladder` runs. Reported: the ladders that came out other than inconclusive
 (all pairs of groups, which share runs, and the disjoint pairs alone, which are independent), and
 the sizes beyond seed noise, beside alpha.
+
+The tiny lakehouse's tables are written by the tests' fixture, not by `factory` commands: the
+figure is a rate of verdicts over seeds, which no table layout changes.
 """
 
 from __future__ import annotations

@@ -3,10 +3,11 @@
     # on a GPU machine with vLLM installed (the device tool: bash benchmarks/device/run.sh vllm)
     PYTHONPATH=. python benchmarks/export/vllm_check.py [--checkpoint CKPT] [--dtype float32|bfloat16]
 
-Without --checkpoint it trains its own first, no Spark needed: a tiny model (the demo's config,
+Without --checkpoint it trains its own first: a tiny model (the demo's config,
 ``configs/demo-train.toml``, for --steps steps in one process) on --mb MB of this machine's Python
-standard library with a BPE tokenizer of --vocab tokens, as ``benchmarks/trainer/run.py`` prepares
-them. Then ``factory export --format hf`` into a temporary folder, vLLM's offline
+standard library with a BPE tokenizer of --vocab tokens, made with the factory's commands as
+``benchmarks/trainer/run.py`` makes them, in --data (which takes Spark: on a GPU machine without
+it, the folder ``benchmarks/device/data.sh`` made here, which run.sh passes). Then ``factory export --format hf`` into a temporary folder, vLLM's offline
 ``LLM(model=DIR)`` with greedy ``SamplingParams``, and ``evals.generate.generate`` on our model
 from the same checkpoint, on the same prompts. Prints each prompt's two completions and where they
 part, and a JSON summary; exits 0 when every completion is the same, 1 otherwise, and 0 with a
@@ -29,14 +30,17 @@ import tempfile
 import time
 from pathlib import Path
 
+# The data it trains on by default (benchmarks/device/data.sh makes the same for the GPU machine).
+DEFAULT_MB, DEFAULT_VOCAB = 4, 8192
 PROMPTS = ["def fibonacci(n):\n", "import os\n\n\ndef main():\n", "class Stack:\n    def push(self, item):\n", "# "]
 
 
-def train_checkpoint(home: Path, steps: int, megabytes: int, vocab: int) -> Path:
-    """A tiny model trained for ``steps`` steps on its own data; its checkpoint."""
+def train_checkpoint(home: Path, data: Path | None, steps: int, megabytes: int, vocab: int) -> Path:
+    """A tiny model trained for ``steps`` steps on the data in ``data`` (made there if need be, by
+    default under ``home``); its checkpoint."""
     from benchmarks.trainer.run import prepare_data
 
-    manifest, tokenizer = prepare_data(home / "data", megabytes, vocab)
+    manifest, tokenizer = prepare_data((data or home / "data").resolve(), megabytes, vocab)
     run_dir = home / "run"
     overrides = [f"run.dir='{run_dir}'", f"data.manifest='{manifest}'", f"data.tokenizer='{tokenizer}'"]
     overrides += [f"train.steps={steps}", "eval.every=0", "checkpoint.every=0", "data.num_shards=0"]
@@ -81,8 +85,9 @@ def main() -> int:
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--steps", type=int, default=40, help="training steps of the model it trains")
-    parser.add_argument("--mb", type=int, default=4, help="MB of source to train it on")
-    parser.add_argument("--vocab", type=int, default=8192, help="its tokenizer's size (the demo's)")
+    parser.add_argument("--data", type=Path, help="where its training data is made, or found made (default: fresh)")
+    parser.add_argument("--mb", type=int, default=DEFAULT_MB, help="MB of source to train it on")
+    parser.add_argument("--vocab", type=int, default=DEFAULT_VOCAB, help="its tokenizer's size (the demo's)")
     args = parser.parse_args()
 
     if importlib.util.find_spec("vllm") is None:
@@ -98,7 +103,9 @@ def main() -> int:
 
     began = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="vllm-check-"))
-    checkpoint = Path(args.checkpoint) if args.checkpoint else train_checkpoint(work, args.steps, args.mb, args.vocab)
+    checkpoint = (
+        Path(args.checkpoint) if args.checkpoint else train_checkpoint(work, args.data, args.steps, args.mb, args.vocab)
+    )
     exported = export_hf(checkpoint, work / "hf")
     print(f"exported step {exported.step} of {exported.checkpoint} to {exported.output}", flush=True)
     mine = ours(exported.checkpoint, PROMPTS, args.max_new_tokens, args.dtype)

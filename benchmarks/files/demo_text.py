@@ -8,6 +8,10 @@ The text corpora of ``factory demo`` (licence texts and package documentation) a
 deduplicated once; then the demo's text filter (the demo definition's ``sources.text.filter``) runs on
 ``dedup.text`` into ``<NAME>.text``, with whichever code is on ``PYTHONPATH``, so two versions of
 the code filter the same pinned input. Prints every table's data files and records (JSON).
+
+Every table is written by the factory's own jobs with their default options (ingest, dedup and
+filter, called in one Spark session as `factory demo` calls them), since their files are the
+subject.
 """
 
 from __future__ import annotations

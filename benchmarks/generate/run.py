@@ -6,8 +6,9 @@ replaced (``complete_by_recomputing``, the reference), on CPU, interleaved.
 
 The models are the ``tiny`` and ``small`` presets (the demo checkpoint's size, and the next one) with
 seeded random weights: the time of a step does not depend on what the weights learned. Their
-vocabulary is the demo's 8,192, from a byte-level BPE tokenizer trained here the way
-``factory tokenizer train`` does, on 4 MB of this machine's Python standard library. Their
+vocabulary is the demo's 8,192, from a byte-level BPE tokenizer made by ``factory tokenizer train``
+on 4 MB of this machine's Python standard library, ingested and filtered by the factory's commands
+as ``benchmarks/trainer/run.py`` makes its data (no table feeds a figure here). Their
 ``max_seq_len`` is 2,048, not the demo's 256: with a rotary table shorter than prompt plus new
 tokens both sides slide a window past it and recompute it at every step (docs/architecture.md,
 "Evals"), which is the same work on both, so 1,024 new tokens need a table that holds them. The

@@ -15,6 +15,11 @@ batch (and the CPU seconds this process spent on it, steadier than wall time on 
 machine), the tokens/s of the batches after it (about one pass over the table), and peak resident memory of the loader's process
 (and of Ray's workers, with ``backend="ray"``). The baseline is the 10-file table: each row's
 ratio to it shows what the file count costs.
+
+Its tables are written here, not by `factory` commands, because the file count is the subject:
+the factory's jobs and ``factory compact`` write few files of a target size
+(lakehouse/file_sizes.py), so none of them writes the 10,000-file table whose cost this
+measures. The loader's figures on the tables the jobs write are benchmarks/loader/run.py's.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.loader.run import RssSampler, run_child  # noqa: E402
-from benchmarks.stdlib_table import stdlib_texts  # noqa: E402
+from benchmarks.user_path import stdlib_texts  # noqa: E402
 
 DOC_CHARS = 2000
 

@@ -49,50 +49,29 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.stdlib_table import stdlib_texts  # noqa: E402
+from benchmarks.user_path import (  # noqa: E402
+    factory,
+    ingest_corpus,
+    pin_table,
+    stdlib_texts,
+    write_jsonl,
+    write_stdlib_corpus,
+)
 
 # The bare call's texts go to it this many at a time, as a training job's collate would batch them.
 BASELINE_BATCH = 256
 
 
-# --- the corpus, made on the user's path --------------------------------------------------
-
-
-def factory(*argv: str) -> float:
-    """``factory ARGV`` in a fresh process, as a user types it (FACTORY_HOME set by ``main``); its seconds."""
-    started = time.perf_counter()
-    done = subprocess.run(
-        # The installed ``factory`` script: under ``python -c``, pyspark's Spark Connect module takes the
-        # main module for a doctest run and exits 0 before the filter publishes.
-        [str(Path(sys.executable).with_name("factory")), *argv],
-        capture_output=True, text=True, cwd=REPO,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise SystemExit(f"factory {' '.join(argv)} failed:\n{done.stdout[-2000:]}{done.stderr[-4000:]}")
-    return time.perf_counter() - started
-
-
-def write_jsonl(path: Path, records: list[dict]) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as out:
-        for record in records:
-            out.write(json.dumps(record) + "\n")
-    return path.stat().st_size
+# --- the corpus, made on the user's path (benchmarks/user_path.py) --------------------------------
 
 
 def prepare(home: Path, copies: int, vocab: int) -> dict:
     """The user's path: the library's files as JSON lines, ``copies`` times over; ``factory ingest``,
     ``factory filter`` (the shipped ``code`` config), ``factory tokenizer train`` and ``factory mix
     pin``, each with its default options."""
-    texts = stdlib_texts()
-    corpus, seconds = home / "corpus", {}
-    jsonl = sum(
-        write_jsonl(corpus / f"copy{c}" / "stdlib.jsonl", [{"text": t, "path": p} for p, t in texts])
-        for c in range(copies)
-    )
-    seconds["ingest"] = factory(
-        "ingest", str(corpus), "--source", "code", "--format", "jsonl", "--output", "raw.code", "--path-field", "path"
-    )
+    seconds = {}
+    jsonl = write_stdlib_corpus(home / "corpus", copies=copies)
+    seconds["ingest"] = ingest_corpus(home / "corpus", "raw.code")
     seconds["filter"] = factory("filter", "--input", "raw.code", "--output", "filtered.code", "--config", "code")
     seconds["tokenizer_train"] = factory(
         "tokenizer",
@@ -105,7 +84,7 @@ def prepare(home: Path, copies: int, vocab: int) -> dict:
         str(home / "tokenizer.json"),
     )
     tables = {"ingest": "raw.code", "filter": "filtered.code"}
-    seconds |= pin_tables(home, tables)
+    seconds |= {f"pin_{name}": pin_table(home, name, table) for name, table in tables.items()}
     return {
         "jsonl_bytes": jsonl,
         "copies": copies,
@@ -125,23 +104,13 @@ def prepare_big(home: Path, setup: dict, big_docs: int, big_doc_mb: int) -> dict
         big.append({"text": f"# document {d}\n{text}", "path": f"big/{d}.py"})
     write_jsonl(home / "big" / "big.jsonl", big)
     write_jsonl(home / "big" / "stdlib.jsonl", [{"text": t, "path": p} for p, t in texts])
-    setup["seconds"]["ingest_big"] = factory(
-        "ingest", str(home / "big"), "--source", "code", "--format", "jsonl", "--output", "raw.big",
-        "--path-field", "path", "--max-doc-bytes", str(2 * big_doc_mb * 10**6),
-    )  # fmt: skip
+    setup["seconds"]["ingest_big"] = ingest_corpus(
+        home / "big", "raw.big", "--max-doc-bytes", str(2 * big_doc_mb * 10**6)
+    )
     setup["tables"]["big"] = "raw.big"
-    setup["seconds"] |= pin_tables(home, {"big": "raw.big"})
+    setup["seconds"]["pin_big"] = pin_table(home, "big", "raw.big")
     setup["layout"] = layout(home, setup["tables"])
     return setup
-
-
-def pin_tables(home: Path, tables: dict[str, str]) -> dict[str, float]:
-    seconds = {}
-    for name, table in tables.items():
-        spec = home / f"{name}.toml"
-        spec.write_text(f'name = "{name}"\nseed = 1\n\n[[components]]\nname = "code"\ntable = "{table}"\nweight = 1\n')
-        seconds[f"pin_{name}"] = factory("mix", "pin", str(spec), "--output", str(home / f"{name}.json"))
-    return seconds
 
 
 def layout(home: Path, tables: dict[str, str]) -> dict:

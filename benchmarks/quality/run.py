@@ -3,7 +3,10 @@
     .venv/bin/python benchmarks/quality/run.py [--mb 30] [--cores 2] [--kinds code,text]
 
 Both sides get the same documents (this machine's Python standard library as `code`, its
-package documentation as `text`, up to --mb MB each) and the same filters, from the shipped
+package documentation as `text`, up to --mb MB each), written as JSONL shards: datatrove reads
+them, and ours reads the table ``factory ingest`` makes of them with its default options (only
+the fields holding each record's id, path and language named), as a user's ingest writes it. They
+get the same filters, from the shipped
 configs: for `text` datatrove's own Gopher repetition, Gopher quality, C4 and FineWeb filters
 (built with the thresholds of quality/configs/text.toml), for `code` our code filters' reference
 ``filter`` methods (StarCoder2's patterns as written, one datatrove step per filter), which
@@ -13,7 +16,7 @@ word tokenizing per document and with fewer regex scans.
 
 - ours: ``filter_documents`` on Spark ``local[<cores>]`` (session started and its Python workers
   warmed by a small run before timing, as in a long-running Spark application), reading
-  an Iceberg snapshot, writing kept documents and quarantine as Parquet (zstd) through the
+  that ingest's snapshot, writing kept documents and quarantine as Parquet (zstd) through the
   commit protocol; then GX validation and publishing, timed apart.
 - datatrove: ``LocalPipelineExecutor(workers=<cores>)`` over JSONL shards of the same records:
   reader → the filters (each with an exclusion writer, as FineWeb's pipeline) → JSONL writer
@@ -80,17 +83,13 @@ def _first_bytes(docs: list[dict], limit: int) -> list[dict]:
     return docs
 
 
-def write_inputs(catalog, docs: list[dict], kind: str, folder: Path, table: str = "bench") -> None:
-    """The same records as an Iceberg table (ours) and as JSONL shards (datatrove)."""
-    import pyarrow as pa
+def write_inputs(docs: list[dict], kind: str, folder: Path, table: str = "bench") -> None:
+    """The records as JSONL shards (datatrove reads them), then ``factory ingest`` of those shards
+    into ``<table>.<kind>`` (ours reads it) with the job's default options: only the fields holding
+    each record's id, path and language are named. A document's ``doc_id`` is then ingest's id of
+    the record's ``id`` (``ours_ids`` maps it back)."""
+    from benchmarks.user_path import factory
 
-    from lakehouse.catalog import ensure_table
-    from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
-
-    rows = [{**{k: d[k] for k in ("text", "source", "lang", "path", "n_bytes")}, "doc_id": d["id"]} for d in docs]
-    ensure_table(catalog, (table, kind), DOCUMENT_SCHEMA).append(
-        pa.Table.from_pylist(rows, schema=arrow_schema(DOCUMENT_SCHEMA))
-    )
     shard_dir = folder / "jsonl" / kind
     shard_dir.mkdir(parents=True)
     shards = [open(shard_dir / f"{i:02d}.jsonl", "w", encoding="utf-8") for i in range(SHARDS)]  # noqa: SIM115
@@ -98,6 +97,17 @@ def write_inputs(catalog, docs: list[dict], kind: str, folder: Path, table: str 
         shards[i % SHARDS].write(json.dumps(doc) + "\n")
     for f in shards:
         f.close()
+    factory(
+        "ingest", str(shard_dir), "--source", kind, "--format", "jsonl", "--output", f"{table}.{kind}",
+        "--id-field", "id", "--path-field", "path", "--lang-field", "lang",
+    )  # fmt: skip
+
+
+def ours_ids(docs: list[dict], kind: str) -> dict[str, str]:
+    """Ingest's ``doc_id`` of each record → the record's ``id`` (datatrove's document id)."""
+    from pipelines.ingest_records import doc_id_for
+
+    return {doc_id_for(kind, f"id:{d['id']}"): d["id"] for d in docs}
 
 
 def datatrove_pipeline(kind: str, folder: Path) -> list:
@@ -200,24 +210,30 @@ def main() -> int:
     from pipelines.read_units import MIN_UNIT_BYTES
     from pipelines.spark_session import get_spark
 
-    catalog = load_catalog()
-    spark = get_spark("bench-quality")
-    rows = []
+    inputs = {}
     for kind in args.kinds.split(","):
         docs = collect(kind, int(args.mb * 1e6))
         docs = [{**d, "id": f"{d['id']}-{copy}"} if copy else d for copy in range(args.copies) for d in docs]
-        mb = sum(d["n_bytes"] for d in docs) / 1e6
-        write_inputs(catalog, docs, kind, work)
-        print(f"{kind}: {len(docs)} documents, {mb:.1f} MB", file=sys.stderr, flush=True)
         # A Spark application keeps its Python workers (imports, loaded tokenizers) from job to
         # job, as a cluster's executors do for a whole pipeline; one small job of at least one
         # unit of work per core first warms them all.
         warm_docs = _first_bytes(docs, args.cores * MIN_UNIT_BYTES)
-        write_inputs(catalog, warm_docs, kind, work / "warmup", table="warmup")
+        # Ingested before this process's Spark session starts, so that two JVMs never share the cores.
+        write_inputs(docs, kind, work)
+        write_inputs(warm_docs, kind, work / "warmup", table="warmup")
+        inputs[kind] = (docs, len(warm_docs))
+        print(f"{kind}: {len(docs)} documents, {sum(d['n_bytes'] for d in docs) / 1e6:.1f} MB", file=sys.stderr)
+
+    catalog = load_catalog()
+    spark = get_spark("bench-quality")
+    rows = []
+    for kind, (docs, n_warm) in inputs.items():
+        mb = sum(d["n_bytes"] for d in docs) / 1e6
         warmup, _ = run_ours(spark, catalog, kind, table="warmup")
         ours, ours_kept = run_ours(spark, catalog, kind)
+        ours_kept = {ours_ids(docs, kind)[doc_id] for doc_id in ours_kept}
         theirs, theirs_kept = run_datatrove(kind, work, args.cores)
-        ours[f"warm-up ({len(warm_docs)} documents)"] = warmup["total"]
+        ours[f"warm-up ({n_warm} documents)"] = warmup["total"]
         rows.append((kind, len(docs), mb, ours, theirs, len(ours_kept), len(theirs_kept), len(ours_kept & theirs_kept)))
 
     print(f"\nquality filtering, MB/s per core ({args.cores} cores; ours: Spark local[{args.cores}], "

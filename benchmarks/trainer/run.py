@@ -6,10 +6,14 @@
     # tiny, on CPU (what the test runs)
     PYTHONPATH=. python benchmarks/trainer/run.py --config configs/demo-train.toml --steps 4 --mb 1 --vocab 512
 
-Without --manifest it first makes its own data, no Spark needed: --mb MB of this machine's
-Python standard library as an Iceberg table (pyiceberg, SQLite catalog), pinned as a one-component
-manifest, and a BPE tokenizer of --vocab tokens trained on it; so a bare GPU machine with the
-venv runs it as is. Then `factory train` for a fresh run directory, through the real streaming
+Without --manifest it first makes its data as a user does, with the factory's own commands and
+their default options (benchmarks/user_path.py): --mb MB of this machine's Python standard library
+as JSON lines, `factory ingest`, `factory filter --config code`, `factory tokenizer train` of
+--vocab tokens on the filtered table and `factory mix pin` of it (1 % held out), in --data (a
+fresh folder by default; one that holds data made with the same --mb and --vocab is used as it
+is). That takes Spark: a GPU machine without it is sent the folder made here
+(benchmarks/device/data.sh, run by prepare.sh; run.sh passes its --data), so both train on the
+same table. Then `factory train` for a fresh run directory, through the real streaming
 loader, and the run's metrics.jsonl, leaving out the first --warmup steps (start-up,
 torch.compile). MFU = model FLOP/s (6 per matrix-product weight per token plus attention's 12·L·d·T,
 ``Transformer.flops_per_token``) over the devices' peak: looked up for known GPUs (bf16 dense,
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,6 +38,8 @@ import torch
 from trainer.config import ModelConfig
 from trainer.model import Transformer
 
+# The data it makes by default (benchmarks/device/data.sh makes the same for the GPU machine).
+DEFAULT_MB, DEFAULT_VOCAB = 24, 32000
 # Dense bf16 peak TFLOP/s per device, from the vendors' data sheets.
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0}
 
@@ -45,23 +52,38 @@ def device_peak() -> tuple[str, float | None]:
 
 
 def prepare_data(home: Path, megabytes: int, vocab: int) -> tuple[Path, Path]:
-    """A pinned one-component manifest over ``megabytes`` of the standard library, and a tokenizer."""
-    from pyiceberg.catalog import load_catalog
+    """In ``home``, on the user's path (benchmarks/user_path.py), each command with its default options:
+    ``megabytes`` of the standard library as JSON lines, ``factory ingest``, ``factory filter
+    --config code``, ``factory tokenizer train`` of ``vocab`` tokens on the filtered table, and
+    ``factory mix pin`` of it; the manifest and the tokenizer. A ``home`` that already holds them,
+    made with the same sizes (``benchmarks/device/data.sh`` makes them for a machine without
+    Spark), is used as it is."""
+    from benchmarks.user_path import factory, ingest_corpus, pin_table, write_stdlib_corpus
 
-    from benchmarks.stdlib_table import stdlib_texts, write_table
-    from lakehouse.catalog import embedded_catalog_properties
-    from mixtures.pin import pin
-    from mixtures.spec import spec_from_dict
-    from streaming_loader.tokenizer_train import train_tokenizer
-
-    (home / "warehouse").mkdir(parents=True, exist_ok=True)
-    catalog = load_catalog("factory", **embedded_catalog_properties(home))  # the name lineage looks up
-    write_table(catalog, "train", stdlib_texts(), megabytes)
-    spec = {"seed": 1, "components": [{"name": "code", "table": "bench.train", "weight": 1, "heldout_fraction": 0.01}]}
-    pin(catalog, spec_from_dict(spec)).save(home / "manifest.json")
-    tokenizer = train_tokenizer(catalog, ["bench.train"], vocab, max_bytes=min(megabytes, 8) << 20)
-    (home / "tokenizer.json").write_text(tokenizer.text)
-    return home / "manifest.json", home / "tokenizer.json"
+    manifest, tokenizer, made = home / "manifest.json", home / "tokenizer.json", home / "data.json"
+    wanted = {"mb": megabytes, "vocab": vocab}
+    if made.exists():
+        found = json.loads(made.read_text())
+        if found != wanted:
+            print(
+                f"error: {home} holds data made with --mb {found['mb']} --vocab {found['vocab']}, not "
+                f"--mb {megabytes} --vocab {vocab}: give those, or another --data folder",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
+        return manifest, tokenizer
+    lakehouse = home / "factory"
+    write_stdlib_corpus(home / "corpus", megabytes=megabytes)
+    ingest_corpus(home / "corpus", "raw.code", home=lakehouse)
+    factory("filter", "--input", "raw.code", "--output", "filtered.code", "--config", "code", home=lakehouse)
+    factory(
+        "tokenizer", "train", "--input", "filtered.code", "--vocab-size", str(vocab), "--output", str(tokenizer),
+        home=lakehouse,
+    )  # fmt: skip
+    pin_table(home, "manifest", "filtered.code", home=lakehouse, heldout_fraction=0.01)
+    shutil.rmtree(home / "corpus")  # in the table now; a device machine is sent the folder without it
+    made.write_text(json.dumps(wanted))
+    return manifest, tokenizer
 
 
 def main() -> int:
@@ -75,8 +97,13 @@ def main() -> int:
     parser.add_argument("--set", action="append", default=[])
     parser.add_argument("--manifest", help="train on this pinned manifest (with --tokenizer) instead of own data")
     parser.add_argument("--tokenizer", help="the tokenizer.json that goes with --manifest")
-    parser.add_argument("--mb", type=int, default=24, help="MB of source to make when there is no --manifest")
-    parser.add_argument("--vocab", type=int, default=32000, help="tokenizer size to train when there is no --manifest")
+    parser.add_argument(
+        "--data", type=Path, help="where to make the data when there is no --manifest, or find it made (default: fresh)"
+    )
+    parser.add_argument("--mb", type=int, default=DEFAULT_MB, help="MB of source to make when there is no --manifest")
+    parser.add_argument(
+        "--vocab", type=int, default=DEFAULT_VOCAB, help="tokenizer size to train when there is no --manifest"
+    )
     args = parser.parse_args()
 
     run_dir = Path(tempfile.mkdtemp(prefix="bench-train-"))
@@ -85,7 +112,8 @@ def main() -> int:
         data = [f"data.manifest='{args.manifest}'", *([f"data.tokenizer='{args.tokenizer}'"] if args.tokenizer else [])]
     else:
         started = time.perf_counter()
-        manifest, tokenizer = prepare_data(run_dir.parent / f"{run_dir.name}-data", args.mb, args.vocab)
+        data_home = (args.data or run_dir.parent / f"{run_dir.name}-data").resolve()
+        manifest, tokenizer = prepare_data(data_home, args.mb, args.vocab)
         print(f"data: {args.mb} MB pinned, tokenizer of {args.vocab} trained in {time.perf_counter() - started:.1f} s")
         data = [f"data.manifest='{manifest}'", f"data.tokenizer='{tokenizer}'"]
     overrides = [f"run.dir='{run_dir}'", f"train.steps={args.steps}", "checkpoint.every=0", "eval.every=0"]

@@ -3,7 +3,8 @@
     PYTHONPATH=. python benchmarks/trainer/tracking.py --baseline /work/main --rounds 5
 
 Three variants of one tiny run (`factory train --nproc 1`, the demo config, --steps steps on
---mb MB of the standard library, no evals, a checkpoint at the end), run in interleaved rounds so
+--mb MB of the standard library, made with the factory's commands as benchmarks/trainer/run.py
+makes its data, no evals, a checkpoint at the end), run in interleaved rounds so
 a busy machine slows each alike: ``baseline`` (the checkout at --baseline, its own code and
 PYTHONPATH), ``off`` (this tree, ``mlflow.enabled=false``) and ``on`` (this tree, the default
 SQLite store in a fresh $FACTORY_HOME each run, so each pays the store's creation). For each: the

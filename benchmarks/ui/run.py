@@ -1,5 +1,7 @@
-"""Time the UI's documents pages on the largest table the benchmarks build: the loader
-benchmark's ``bench.large`` (128 MB of Python source in 8 MB files, benchmarks/stdlib_table.py).
+"""Time the UI's documents pages on a large table as the factory writes it: ``raw.code``, made by
+``factory ingest`` with its default options from --megabytes (128) of this machine's Python
+standard library written as JSON lines (copies of it, the last cut short), as a user's ingest
+makes it (benchmarks/user_path.py); its files and row groups are the ones the job chooses.
 
 Each page is fetched over HTTP from the real app (uvicorn in this process, httpx as the client),
 ``--repeat`` times, the UI's caches emptied before each fetch (this times reading a page; keeping
@@ -7,6 +9,8 @@ it is benchmarks/ui/load.py's subject); the median is reported with the data fil
 plain pyiceberg read does for the same page: ``scan(limit=offset + size)`` and a slice.
 
     PYTHONPATH=. python benchmarks/ui/run.py [--home DIR] [--megabytes 128]
+
+--home DIR is the factory home: a table made there by an earlier run is used again as it is.
 """
 
 from __future__ import annotations
@@ -23,23 +27,25 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+TABLE = ("raw", "code")
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", type=Path, help="reuse or build the table here (default: a temporary folder)")
     parser.add_argument(
-        "--megabytes", type=int, default=128, help="table size (default: 128, the loader's large table)"
+        "--megabytes", type=int, default=128, help="MB of source ingested into the table (default: 128)"
     )
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    home = args.home or Path(tempfile.mkdtemp(prefix="ui-bench-"))
+    home = (args.home or Path(tempfile.mkdtemp(prefix="ui-bench-"))).resolve()
     catalog = _catalog(home, args.megabytes)
-    table = catalog.load_table(("bench", "large"))
+    table = catalog.load_table(TABLE)
     snapshot_id = table.current_snapshot().snapshot_id
     total = int(table.current_snapshot().summary["total-records"])
     files = int(table.current_snapshot().summary["total-data-files"])
     some_id = table.scan(selected_fields=("doc_id",), limit=total).to_arrow().column("doc_id")[total * 3 // 4].as_py()
-    print(f"bench.large: {total} documents in {files} files, {args.megabytes} MB")
+    print(f"{'.'.join(TABLE)}: {total} documents in {files} files, {args.megabytes} MB")
 
     from ui import documents
 
@@ -68,7 +74,7 @@ def main() -> int:
                     kept.cache_clear()
                 opened.clear()
                 began = time.perf_counter()
-                response = client.get(f"/tables/bench.large/snapshots/{snapshot_id}/{path}")
+                response = client.get(f"/tables/{'.'.join(TABLE)}/snapshots/{snapshot_id}/{path}")
                 times.append(time.perf_counter() - began)
                 assert response.status_code == 200, response.text[-500:]
             results[name] = {"median_s": statistics.median(times), "files_opened": len(opened)}
@@ -90,16 +96,18 @@ def main() -> int:
 
 
 def _catalog(home: Path, megabytes: int):
+    """The catalog of the factory home ``home``, holding ``TABLE`` (ingested first if it is not there)."""
     from pyiceberg.catalog import load_catalog
 
-    from benchmarks.stdlib_table import stdlib_texts, write_table
+    from benchmarks.user_path import ingest_corpus, write_stdlib_corpus
     from lakehouse.catalog import EMBEDDED_CATALOG_NAME, embedded_catalog_properties
 
     (home / "warehouse").mkdir(parents=True, exist_ok=True)
     # Under the embedded catalog's name: the UI opens $FACTORY_HOME's catalog by it.
     catalog = load_catalog(EMBEDDED_CATALOG_NAME, **embedded_catalog_properties(home))
-    if not catalog.table_exists(("bench", "large")):
-        write_table(catalog, "large", stdlib_texts(), megabytes)
+    if not catalog.table_exists(TABLE):
+        write_stdlib_corpus(home / "corpus", megabytes=megabytes)
+        ingest_corpus(home / "corpus", ".".join(TABLE), home=home)
     return catalog
 
 

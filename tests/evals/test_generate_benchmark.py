@@ -13,6 +13,7 @@ from tests.conftest import REPO
 
 
 @pytest.mark.slow  # trains a tokenizer on 4 MB of the standard library
+@pytest.mark.engine  # Spark, through the factory commands that make that tokenizer's table
 def test_generate_benchmark_prints_its_figures(tmp_path):
     command = [sys.executable, str(REPO / "benchmarks" / "generate" / "run.py"), "--presets", "tiny"]
     command += ["--new-tokens", "4", "40", "--repeats", "2", "--vocab", "300", "--max-seq-len", "1024"]
