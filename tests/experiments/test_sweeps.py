@@ -2,7 +2,9 @@
 tiny lakehouse, each outcome a row of experiments.trials. Every test starts Ray and shuts it
 down. A Ray of 4 CPUs runs 4 trials at once even on 2 cores (the Ray CPU is a count, not a
 core): a trial this small spends a good part of its time starting processes (Ray's worker, torchrun,
-the rank) and waiting on them, which overlap; the interrupted sweep keeps 2, one trial at a time."""
+the rank) and waiting on them, which overlap. The ablation's 9 trials run 5 at a time: two waves,
+not 4, 4 and a last trial alone on a core. The interrupted sweep keeps 2, one trial at a time, and
+resumes on 4."""
 
 from __future__ import annotations
 
@@ -148,9 +150,11 @@ def test_an_interrupted_sweep_resumes_without_rerunning_finished_trials(in_lake,
     spec.write_text(
         f'name = "seeds"\nconfig = "{in_lake.config}"\n[resources]\ncpus = 2\n[space]\n"run.seed" = [0, 1, 2]\n'
     )
-    command = [sys.executable, "-m", "factory_cli.main", "sweep", str(spec), "--num-cpus", "2"]
+    command = [sys.executable, "-m", "factory_cli.main", "sweep", str(spec)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = subprocess.Popen(
+        [*command, "--num-cpus", "2"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     from experiments.sweep_spec import load_sweep_spec
 
     sweep_id = load_sweep_spec(spec).sweep_id
@@ -166,7 +170,9 @@ def test_an_interrupted_sweep_resumes_without_rerunning_finished_trials(in_lake,
 
     parent_before = json.loads((sweep_dir_of(sweep_id) / "mlflow.json").read_text())["run_id"]
 
-    second = subprocess.run([*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    # Resumed on a Ray of 4: the trials left (each 2 CPUs, as saved) run side by side, not one after the other.
+    resumed = [*command, "--num-cpus", "4", "--resume"]
+    second = subprocess.run(resumed, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
     after = _rows(sweep_id)
     assert len(after) == 3 and all(r["status"] == "completed" for r in after)
@@ -188,7 +194,7 @@ def test_the_ablation_noise_test_flags_a_real_difference_and_not_a_rerun_of_the_
         seeds=3,
         variants={"lr-100x-smaller": {"optim.lr": 0.0001}, "base-again": {"optim.lr": 0.01}},
     )
-    outcome, reports = run_ablation(spec, num_cpus=4)
+    outcome, reports = run_ablation(spec, num_cpus=5)
     assert len(outcome.rows) == 9 and all(r["status"] == "completed" for r in outcome.rows)
     by_name = {r.variant: r for r in reports}
     print(format_ablation(reports, spec.alpha))
