@@ -62,20 +62,20 @@ def build_definitions(definition: FactoryDefinition, runner: CommandRunner | Non
         )
         jobs += [refresh, refine]
         if source.watch:
-            sensors.append(source_sensor(definition, source, refresh.name, refine.name))
+            sensors.append(source_sensor(definition, source, refresh, refine))
     eval_jobs = {}
     for declared in definition.evals.values():
         job = dg.define_asset_job(f"evaluate_{declared.name}", selection=[evals_key(declared.name)])
         jobs.append(job)
         op = next(a for a in assets if evals_key(declared.name) in a.keys).op.name
-        eval_jobs[declared.name] = (job.name, op)
+        eval_jobs[declared.name] = (job, op)
     if eval_jobs:
         sensors.append(checkpoint_sensor(definition, eval_jobs, look_interval(definition)))
     experiment_jobs = {}
     for name in definition.experiments:
         job = dg.define_asset_job(f"experiment_{name}", selection=[experiment_key(name)])
         jobs.append(job)
-        experiment_jobs[name] = job.name
+        experiment_jobs[name] = job
     if experiment_jobs:
         sensors.append(experiment_sensor(definition, experiment_jobs, 2 * look_interval(definition)))
     jobs.append(dg.define_asset_job("factory_all", selection=dg.AssetSelection.all(), description="every asset once"))

@@ -12,6 +12,9 @@
 - ``experiment_sensor``, at half that rate: a declared ablation with no decision on its base, or a sweep
   not run on its base, starts its job.
 
+Each sensor names every job it may start: Dagster refuses, at each tick, a request for a job
+the sensor does not name.
+
 Run keys come from what a request is about, so a sensor that evaluates again (after a restart,
 with its cursor lost) never starts the same work twice.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
@@ -32,29 +36,32 @@ from orchestration.sources import ingest_run_id
 from orchestration.state import catalog, committed, head, refined_inputs
 from orchestration.training import current_run_dir, due_checkpoints
 
+if TYPE_CHECKING:  # what dg.define_asset_job returns (dagster does not export the type)
+    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition as Job
+
 RUNNING = dg.DefaultSensorStatus.RUNNING
 
 
-def source_sensor(definition: FactoryDefinition, source: Source, refresh: str, refine: str) -> dg.SensorDefinition:
+def source_sensor(definition: FactoryDefinition, source: Source, refresh: Job, refine: Job) -> dg.SensorDefinition:
     raw = f"raw.{source.name}"
 
     @dg.sensor(
         name=f"{source.name}_sensor",
-        job_name=refresh,
+        jobs=[refresh, refine],
         minimum_interval_seconds=max(1, int(source.watch)),
         default_status=RUNNING,
-        description=f"new files under {source.name}'s paths → {refresh}; a raw snapshot not yet refined → {refine}",
+        description=f"new files under {source.name}'s paths → {refresh.name}; a raw snapshot not yet refined → {refine.name}",
     )
     def watch(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         cat = catalog()
         ids = [ingest_run_id(definition, source, n) for n in range(len(source.inputs))]
         if not all(committed(cat, raw, i) for i in ids):
             key = f"{source.name}:files:{hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]}"
-            return dg.SensorResult(run_requests=[dg.RunRequest(run_key=key, job_name=refresh, tags=_tags(source))])
+            return dg.SensorResult(run_requests=[dg.RunRequest(run_key=key, job_name=refresh.name, tags=_tags(source))])
         snapshot = head(cat, raw)
         steps = source.tables()
         if len(steps) > 1 and snapshot is not None and (raw, snapshot) not in refined_inputs(cat, steps[1][1]):
-            request = dg.RunRequest(run_key=f"{source.name}:{raw}@{snapshot}", job_name=refine, tags=_tags(source))
+            request = dg.RunRequest(run_key=f"{source.name}:{raw}@{snapshot}", job_name=refine.name, tags=_tags(source))
             return dg.SensorResult(run_requests=[request])
         return dg.SensorResult(skip_reason=f"{source.name}: every file is ingested and {raw}@{snapshot} refined")
 
@@ -66,14 +73,14 @@ def _tags(source: Source) -> dict[str, str]:
 
 
 def checkpoint_sensor(
-    definition: FactoryDefinition, eval_jobs: dict[str, tuple[str, str]], interval: int
+    definition: FactoryDefinition, eval_jobs: dict[str, tuple[Job, str]], interval: int
 ) -> dg.SensorDefinition:
-    """``eval_jobs``: eval name → (its job's name, its asset's op name)."""
+    """``eval_jobs``: eval name → (its job, its asset's op name)."""
     from trainer.checkpoint import complete_checkpoints
 
     @dg.sensor(
         name="checkpoint_sensor",
-        job_name=next(iter(eval_jobs.values()))[0],
+        jobs=[job for job, _ in eval_jobs.values()],
         minimum_interval_seconds=interval,
         default_status=RUNNING,
         description="each complete checkpoint an eval's cadence covers → that eval's job, once",
@@ -96,7 +103,7 @@ def checkpoint_sensor(
                     requests.append(
                         dg.RunRequest(
                             run_key=f"{declared.name}:{path}",
-                            job_name=job,
+                            job_name=job.name,
                             run_config=config,
                             tags={"factory/checkpoint": str(path), "factory/eval": declared.name},
                         )
@@ -109,12 +116,12 @@ def checkpoint_sensor(
     return checkpoints
 
 
-def experiment_sensor(definition: FactoryDefinition, jobs: dict[str, str], interval: int) -> dg.SensorDefinition:
-    """``jobs``: experiment name → its job's name."""
+def experiment_sensor(definition: FactoryDefinition, jobs: dict[str, Job], interval: int) -> dg.SensorDefinition:
+    """``jobs``: experiment name → its job."""
 
     @dg.sensor(
         name="experiment_sensor",
-        job_name=next(iter(jobs.values())),
+        jobs=list(jobs.values()),
         minimum_interval_seconds=interval,
         default_status=RUNNING,
         description="a declared ablation or sweep not yet run on its base → its job",
@@ -131,7 +138,7 @@ def experiment_sensor(definition: FactoryDefinition, jobs: dict[str, str], inter
                 continue
             if experiment.kind == "sweep" and sweep_done(definition, experiment):
                 continue
-            requests.append(dg.RunRequest(run_key=f"{experiment.name}:{key}", job_name=jobs[experiment.name]))
+            requests.append(dg.RunRequest(run_key=f"{experiment.name}:{key}", job_name=jobs[experiment.name].name))
         if not requests:
             return dg.SensorResult(skip_reason="every declared experiment has run on its base")
         return dg.SensorResult(run_requests=requests)

@@ -29,6 +29,9 @@ def test_a_two_source_file_gives_each_source_its_own_chain(tmp_path):
     defs = build_definitions(definition)
     assert {j.name for j in defs.jobs} >= {"code_refresh", "code_refine", "web_refresh", "evaluate_loss"}
     assert {s.name for s in defs.sensors} == {"code_sensor", "web_sensor", "checkpoint_sensor"}
+    # Dagster refuses, at each tick, a request for a job its sensor does not name.
+    targets = {s.name: {t.job_name for t in s.targets} for s in defs.sensors}
+    assert targets["code_sensor"] == {"code_refresh", "code_refine"}
     assert definition.sources["code"].final_table == "decontaminated.code"
     assert definition.sources["web"].final_table == "filtered.web"
 

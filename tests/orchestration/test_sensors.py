@@ -9,6 +9,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import torch
+from dagster._core.definitions.sensor_definition import SensorExecutionData
 
 from orchestration.definition_load import load_definition
 from orchestration.graph import build_definitions
@@ -63,13 +64,14 @@ def sensor(tmp_path, factory_home, monkeypatch):
     found = next(s for s in defs.sensors if s.name == "checkpoint_sensor")
     with dg.DagsterInstance.ephemeral() as instance:
 
-        def tick(cursor: str | None) -> dg.SensorResult:
-            return found(dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs))
+        def tick(cursor: str | None) -> SensorExecutionData:
+            # As the daemon evaluates it: Dagster checks each request against the sensor's jobs.
+            return found.evaluate_tick(dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs))
 
         yield run_dir, tick
 
 
-def requested(result: dg.SensorResult) -> list[tuple[str, str]]:
+def requested(result: SensorExecutionData) -> list[tuple[str, str]]:
     """(eval, step) of each request."""
     return [(r.tags["factory/eval"], Path(r.tags["factory/checkpoint"]).name) for r in result.run_requests]
 
@@ -77,7 +79,7 @@ def requested(result: dg.SensorResult) -> list[tuple[str, str]]:
 def test_one_eval_run_per_covered_checkpoint_never_for_a_partial_one_never_twice(sensor):
     run_dir, tick = sensor
     result = tick(None)  # no checkpoints folder yet
-    assert not result.run_requests and result.skip_reason
+    assert not result.run_requests and result.skip_message
 
     partial(run_dir, 10)
     assert not tick(None).run_requests, "a partial checkpoint must not be evaluated"
