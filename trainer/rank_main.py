@@ -4,6 +4,10 @@ user can fix into ``error: …`` and exit 2 (``trainer.train`` and ``rl.learner`
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import os
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +30,7 @@ def rank_main(
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a value")
     parser.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     args = parser.parse_args(argv)
+    die_with_launcher()
     try:
         cfg = load(args.config, args.set)
         world = init_world()
@@ -47,3 +52,19 @@ def rank_main(
     finally:
         shutdown(world)
     return 0
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_launcher() -> None:
+    """Get SIGTERM when torchrun, this rank's parent, dies; end now if it died a moment ago.
+
+    torchrun stops its ranks when it is stopped, but not when it is killed (a sweep's trial
+    ended by Ray, a launcher killed by the OOM killer): its ranks would live on, orphans that
+    wait in the rendezvous or go on training, holding memory and writing to a run no one owns."""
+    launcher = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: torchrun's own shutdown is the guard
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != launcher:  # it died before the request above: no signal will come
+        sys.exit("error: torchrun, this rank's launcher, has exited")

@@ -6,10 +6,13 @@ into a two-component manifest with a tokenizer trained on it. The runs share it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -168,3 +171,50 @@ def test_a_full_disk_while_checkpointing_is_a_clear_error_and_leaves_the_last_co
         assert checkpoint.latest_checkpoint(run_dir)[0] == 2
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _ranks_of(launcher: int) -> list[int]:
+    """The trainer ranks torchrun ``launcher`` started (its children running trainer.train)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            parent = int(stat.read_text().rpartition(")")[2].split()[1])
+            if parent == launcher and b"trainer.train" in (stat.parent / "cmdline").read_bytes():
+                found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting to be reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_a_rank_ends_when_its_launcher_is_killed(setup, tmp_path):
+    from trainer.launch import command
+
+    run_dir = tmp_path / "run"
+    argv = command(str(setup.config), 1, [f"run.dir='{run_dir}'", "train.steps=100000", "checkpoint.every=1000"])
+    launcher = subprocess.Popen(argv, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    ranks = []
+    try:
+        metrics = run_dir / "metrics.jsonl"
+        deadline = time.monotonic() + 300
+        while not (metrics.exists() and '"kind": "train"' in metrics.read_text()):
+            assert launcher.poll() is None and time.monotonic() < deadline, "the run did not start training"
+            time.sleep(0.5)
+        ranks = _ranks_of(launcher.pid)
+        (rank,) = ranks
+        launcher.kill()  # SIGKILL: torchrun cannot stop its ranks itself
+        launcher.wait()
+        deadline = time.monotonic() + 30
+        while _alive(rank) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(rank), "the rank went on training after its launcher was killed"
+    finally:  # torchrun starts its ranks in their own process group: each is ended by itself
+        for pid in [launcher.pid, *ranks]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
