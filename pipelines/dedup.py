@@ -26,13 +26,18 @@ Two plans run stages 2–6, with the same rules and the same output files (teste
 - the driver plan, for inputs of up to ``DRIVER_DOCUMENTS`` documents: the features pass's
   rows (a few hundred bytes a document) are collected to the driver, which groups the exact
   keys and band hashes, reads the candidate pairs' texts with pyarrow (``snapshot_texts.py``),
-  verifies, clusters and decides (``dedup_local.py``); with the two writes, three Spark jobs;
+  verifies, clusters and decides (``dedup_local.py``); its decisions travel to the write's
+  tasks with them; with the two writes, three Spark jobs;
 - the distributed plan, for larger inputs: every stage a Spark job over the features, some
-  twenty jobs whose scheduling costs seconds, but nothing held per document on the driver.
+  twenty jobs whose scheduling costs seconds, but nothing held per document on the driver (its
+  decisions reach the write's tasks shuffled by read unit).
 
 Outputs, both by the commit protocol: the kept documents (input columns plus ``cluster_id``)
 and the clusters table (every input document: its cluster, whether it was kept, what it
-duplicates, how it matched, and the similarity that justified it).
+duplicates, how it matched, and the similarity that justified it). The kept documents are
+written by Python tasks over the features pass's read units (``dedup_write``), one file per unit
+before small ones are combined: only the decisions reach the tasks, and the texts never pass
+through the JVM or a shuffle.
 """
 
 from __future__ import annotations
@@ -87,9 +92,9 @@ from pipelines.staging import Target, write_staged
 
 log = logging.getLogger("factory.dedup")
 
-# As ingest: output files are sized from the data (to the table's target file size), never from
-# the cluster, so the same input gives the same files (rows hash-partitioned and sorted by doc_id)
-# whatever the parallelism.
+# As ingest: the clusters table's files are sized from the data, never from the cluster, so the
+# same input gives the same files (rows hash-partitioned and sorted by doc_id) whatever the
+# parallelism. (The kept documents' files follow the input's read units: ``dedup_write``.)
 CLUSTER_ROWS_PER_FILE = 4_000_000
 # Key sets up to this size are broadcast to filter big tables without shuffling them, and the
 # texts of compared documents up to this many bytes are broadcast rather than shuffled.
@@ -441,10 +446,11 @@ class _SparkOutcome:
     def cluster_rows(self) -> DataFrame:
         return self.work.cluster_rows(self.decided, self.stats)
 
-    def decisions(self) -> pa.Table:
-        """``DECISIONS_SCHEMA`` rows of the input documents not kept alone."""
+    def decisions(self) -> DataFrame:
+        """``DECISIONS_SCHEMA`` rows of the input documents not kept alone, with their ``_unit``:
+        left in Spark, since there may be more than the driver should hold."""
         alone = F.col("kept") & (F.col("cluster_id") == F.col("doc_id"))
-        return self.decided.where(~alone).select(*DECISIONS_SCHEMA.names).toArrow()
+        return self.decided.where(~alone).select(*DECISIONS_SCHEMA.names, "_unit")
 
 
 # The clusters table's columns as the driver plan builds its rows (CLUSTERS_SCHEMA's types).
@@ -562,7 +568,7 @@ def _decide(exact: DataFrame, roots: DataFrame | None, partitions: int) -> DataF
     """Each input document's cluster, kept flag, kept document, and how it matched."""
     is_input = F.col("_key").startswith(INPUT)
     doc_id = F.expr("substring(_key, 2)")
-    clustered = exact.select("_key", "_exact", "_length", "_rep", F.col("_rep").alias("_root"))
+    clustered = exact.select("_key", "_exact", "_length", "_rep", "_unit", F.col("_rep").alias("_root"))
     if roots is not None:  # exact groups joined by near-duplicate pairs: the component of their representative
         clustered = clustered.join(
             roots.select(F.col("node").alias("_root"), F.col("component").alias("_component")), "_root", "left"
@@ -599,6 +605,7 @@ def _decide(exact: DataFrame, roots: DataFrame | None, partitions: int) -> DataF
         "_rep",
         "_keeper_rep",
         "_length",
+        "_unit",
     )
 
 

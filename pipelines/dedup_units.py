@@ -24,6 +24,9 @@ from pipelines.snapshot_texts import TextSource
 from pipelines.spark_session import snapshot_files
 
 _TEXTS = pa.schema([("doc_id", pa.string()), ("text", pa.string())])
+# The features, and the index of the unit each document was read from: the distributed plan
+# sends each unit's decisions to the task that writes it (``dedup_write``).
+UNIT_FEATURES_SCHEMA = f"{FEATURES_SCHEMA}, _unit int"
 
 
 @dataclass(frozen=True)
@@ -49,10 +52,10 @@ def source_units(sources: Sequence[TextSource]) -> list[SourceUnit]:
 
 
 def unit_features(spark: SparkSession, units: Sequence[SourceUnit], cfg: DedupConfig) -> DataFrame:
-    """``FEATURES_SCHEMA`` rows of every document of ``units`` (``source_units``), keyed
+    """``UNIT_FEATURES_SCHEMA`` rows of every document of ``units`` (``source_units``), keyed
     ``prefix + doc_id``: one Spark task per unit, in the units' order."""
     if not units:
-        return spark.createDataFrame([], FEATURES_SCHEMA)
+        return spark.createDataFrame([], UNIT_FEATURES_SCHEMA)
     units = list(units)
 
     def features(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -63,6 +66,7 @@ def unit_features(spark: SparkSession, units: Sequence[SourceUnit], cfg: DedupCo
                 unit = units[i]
                 for docs in read_unit(unit.unit, _TEXTS, unit.io_properties):
                     keys = pc.binary_join_element_wise(unit.prefix, docs.column("doc_id"), "")
-                    yield document_features(keys, docs.column("text"), cfg)
+                    rows = document_features(keys, docs.column("text"), cfg)
+                    yield rows.append_column("_unit", pa.repeat(pa.scalar(i, pa.int32()), rows.num_rows))
 
-    return spark.range(0, len(units), 1, len(units)).mapInArrow(features, FEATURES_SCHEMA)
+    return spark.range(0, len(units), 1, len(units)).mapInArrow(features, UNIT_FEATURES_SCHEMA)
