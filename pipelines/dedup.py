@@ -198,6 +198,7 @@ def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupRes
         stats = outcome.stats
         n_rows = max(1, math.ceil(stats["documents-in"] / CLUSTER_ROWS_PER_FILE))
         cluster_rows = outcome.cluster_rows().repartition(n_rows, "doc_id").sortWithinPartitions("doc_id")
+        writing = time.monotonic()
         decisions = outcome.decisions()
         target = Target.for_table(documents, run.staging_prefix(documents), file_schema(documents, out_schema))
         input_units = [unit for unit in work.units if unit.prefix == INPUT]
@@ -207,6 +208,7 @@ def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupRes
             clusters_written = pool.submit(_write, cluster_rows, clusters, run, CLUSTERS_SCHEMA)
             staged_docs = write_kept(spark, input_units, arrow_schema(inputs.schema), decisions, target)
             staged_clusters = clusters_written.result()
+        log.info("dedup writes: both tables staged in %.1fs", time.monotonic() - writing)
     clusters_commit, docs_commit = commit_run(
         catalog, run, [RunOutput(clusters_id, staged_clusters.files), RunOutput(out_id, staged_docs.files)], stats
     )

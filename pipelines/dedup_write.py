@@ -15,6 +15,8 @@ Spark and are shuffled by unit, a marker row per unit telling each task which un
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
@@ -32,6 +34,8 @@ from pipelines.staging import REPORT_SCHEMA, StagedOutput, Target, staged_output
 DECISIONS_SCHEMA = pa.schema([("doc_id", pa.string()), ("cluster_id", pa.string()), ("kept", pa.bool_())])
 _OUT = "documents"
 
+log = logging.getLogger("factory.dedup")
+
 
 def write_kept(
     spark: SparkSession,
@@ -46,7 +50,7 @@ def write_kept(
     targets = {_OUT: target}
     if not units:
         return staged_outputs([], targets)[_OUT]
-    units = list(units)
+    units, start = list(units), time.monotonic()
     if isinstance(decisions, pa.Table):
         # Each task runs every n-th unit; files are named by unit, so the number of tasks changes nothing.
         tasks = max(1, min(len(units), spark.sparkContext.defaultParallelism))
@@ -59,7 +63,14 @@ def write_kept(
         routed = decisions.select("_unit", *DECISIONS_SCHEMA.names).unionByName(markers)
         task = _by_unit_task(units, schema, targets)
         reports = routed.repartition(len(units), "_unit").mapInArrow(task, REPORT_SCHEMA).collect()
-    return coalesce_outputs(spark, staged_outputs(reports, targets), targets)[_OUT]
+    staged = staged_outputs(reports, targets)
+    written = time.monotonic()
+    combined = coalesce_outputs(spark, staged, targets)[_OUT]
+    log.info(
+        "dedup write: %d unit file(s) of kept documents in %.1fs, combined into %d in %.1fs",
+        len(staged[_OUT].files), written - start, len(combined.files), time.monotonic() - written,
+    )  # fmt: skip
+    return combined
 
 
 _SPARK_TYPES = (("doc_id", "string"), ("cluster_id", "string"), ("kept", "boolean"))
