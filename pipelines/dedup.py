@@ -201,6 +201,8 @@ def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupRes
         writing = time.monotonic()
         decisions = outcome.decisions()
         target = Target.for_table(documents, run.staging_prefix(documents), file_schema(documents, out_schema))
+        # The input sources come first in work.units, so an input unit's index there (the
+        # features' ``_unit``) is its index here too.
         input_units = [unit for unit in work.units if unit.prefix == INPUT]
         # The clusters table's jobs are small and mostly one task each (a chain of broadcasts for
         # the similarities): the documents' write uses the cores they leave idle.
