@@ -11,7 +11,6 @@ The kept documents are written over the same units (``dedup_write``).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.parquet import store_properties
 from pipelines.dedup_stages import FEATURES_SCHEMA, DedupConfig, document_features
-from pipelines.read_units import ReadUnit, plan_units
+from pipelines.read_units import SourceUnit, plan_units
 from pipelines.snapshot_texts import TextSource
 from pipelines.spark_session import snapshot_files
 
@@ -27,15 +26,6 @@ _TEXTS = pa.schema([("doc_id", pa.string()), ("text", pa.string())])
 # The features, and the index of the unit each document was read from: the distributed plan
 # sends each unit's decisions to the task that writes it (``dedup_write``).
 UNIT_FEATURES_SCHEMA = f"{FEATURES_SCHEMA}, _unit int"
-
-
-@dataclass(frozen=True)
-class SourceUnit:
-    """One read unit of a source, with the key prefix of its documents."""
-
-    prefix: str
-    unit: ReadUnit
-    io_properties: dict[str, str] = field(repr=False)
 
 
 def source_units(sources: Sequence[TextSource]) -> list[SourceUnit]:

@@ -25,8 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.columns import TARGET_COLUMN
-from pipelines.coalesce import coalesce_outputs
-from pipelines.dedup_units import SourceUnit
+from pipelines.read_units import SourceUnit
 from pipelines.staging import REPORT_SCHEMA, StagedOutput, Target, staged_outputs
 
 # The decisions a task needs: every document not kept alone (removed, or kept for a cluster of
@@ -63,6 +62,8 @@ def write_kept(
         routed = decisions.select("_unit", *DECISIONS_SCHEMA.names).unionByName(markers)
         task = _by_unit_task(units, schema, targets)
         reports = routed.repartition(len(units), "_unit").mapInArrow(task, REPORT_SCHEMA).collect()
+    from pipelines.coalesce import coalesce_outputs  # the driver's alone: the tasks import this module
+
     staged = staged_outputs(reports, targets)
     written = time.monotonic()
     combined = coalesce_outputs(spark, staged, targets)[_OUT]
