@@ -26,13 +26,18 @@ Two plans run stages 2–6, with the same rules and the same output files (teste
 - the driver plan, for inputs of up to ``DRIVER_DOCUMENTS`` documents: the features pass's
   rows (a few hundred bytes a document) are collected to the driver, which groups the exact
   keys and band hashes, reads the candidate pairs' texts with pyarrow (``snapshot_texts.py``),
-  verifies, clusters and decides (``dedup_local.py``); with the two writes, three Spark jobs;
+  verifies, clusters and decides (``dedup_local.py``); its decisions travel to the write's
+  tasks with them; with the two writes, three Spark jobs;
 - the distributed plan, for larger inputs: every stage a Spark job over the features, some
-  twenty jobs whose scheduling costs seconds, but nothing held per document on the driver.
+  twenty jobs whose scheduling costs seconds, but nothing held per document on the driver (its
+  decisions reach the write's tasks shuffled by read unit).
 
 Outputs, both by the commit protocol: the kept documents (input columns plus ``cluster_id``)
 and the clusters table (every input document: its cluster, whether it was kept, what it
-duplicates, how it matched, and the similarity that justified it).
+duplicates, how it matched, and the similarity that justified it). The kept documents are
+written by Python tasks over the features pass's read units (``dedup_write``), one file per unit
+before small ones are combined: only the decisions reach the tasks, and the texts never pass
+through the JVM or a shuffle.
 """
 
 from __future__ import annotations
@@ -58,10 +63,9 @@ from lakehouse.catalog import ensure_table, resolve, snapshot_schema
 from lakehouse.columns import DOCUMENT_COLUMNS, TARGET_COLUMN
 from lakehouse.commit import CommitResult, Run, existing_commits, record_count
 from lakehouse.errors import InputError
-from lakehouse.file_sizes import target_file_bytes
 from lakehouse.refs import PinnedRef, format_identifier, parse_identifier
 from lakehouse.run_binding import RunOutput, commit_run, find_run_commits
-from lakehouse.schemas import CLUSTERS_SCHEMA, file_schema, require_columns
+from lakehouse.schemas import CLUSTERS_SCHEMA, arrow_schema, file_schema, require_columns
 from pipelines.connected_components import connected_components
 from pipelines.dedup_local import (
     BUCKET_ANCHORS,
@@ -80,16 +84,17 @@ from pipelines.dedup_stages import (
     KeyedShingles,
     compare_pairs,
 )
-from pipelines.dedup_units import unit_features
+from pipelines.dedup_units import source_units, unit_features
+from pipelines.dedup_write import DECISIONS_SCHEMA, write_kept
 from pipelines.snapshot_texts import TextSource, texts_of
 from pipelines.spark_session import NO_ADAPTIVE, read_snapshot, session_conf
 from pipelines.staging import Target, write_staged
 
 log = logging.getLogger("factory.dedup")
 
-# As ingest: output files are sized from the data (to the table's target file size), never from
-# the cluster, so the same input gives the same files (rows hash-partitioned and sorted by doc_id)
-# whatever the parallelism.
+# As ingest: the clusters table's files are sized from the data, never from the cluster, so the
+# same input gives the same files (rows hash-partitioned and sorted by doc_id) whatever the
+# parallelism. (The kept documents' files follow the input's read units: ``dedup_write``.)
 CLUSTER_ROWS_PER_FILE = 4_000_000
 # Key sets up to this size are broadcast to filter big tables without shuffling them, and the
 # texts of compared documents up to this many bytes are broadcast rather than shuffled.
@@ -193,14 +198,19 @@ def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupRes
         stats = outcome.stats
         n_rows = max(1, math.ceil(stats["documents-in"] / CLUSTER_ROWS_PER_FILE))
         cluster_rows = outcome.cluster_rows().repartition(n_rows, "doc_id").sortWithinPartitions("doc_id")
-        n_files = max(1, math.ceil(stats["bytes-kept"] / target_file_bytes(documents.properties)))
-        kept_docs = outcome.kept_documents(docs, inputs.schema, n_files)
+        writing = time.monotonic()
+        decisions = outcome.decisions()
+        target = Target.for_table(documents, run.staging_prefix(documents), file_schema(documents, out_schema))
+        # The input sources come first in work.units, so an input unit's index there (the
+        # features' ``_unit``) is its index here too.
+        input_units = [unit for unit in work.units if unit.prefix == INPUT]
         # The clusters table's jobs are small and mostly one task each (a chain of broadcasts for
         # the similarities): the documents' write uses the cores they leave idle.
         with ThreadPoolExecutor(1) as pool:
             clusters_written = pool.submit(_write, cluster_rows, clusters, run, CLUSTERS_SCHEMA)
-            staged_docs = _write(kept_docs, documents, run, out_schema)
+            staged_docs = write_kept(spark, input_units, arrow_schema(inputs.schema), decisions, target)
             staged_clusters = clusters_written.result()
+        log.info("dedup writes: both tables staged in %.1fs", time.monotonic() - writing)
     clusters_commit, docs_commit = commit_run(
         catalog, run, [RunOutput(clusters_id, staged_clusters.files), RunOutput(out_id, staged_docs.files)], stats
     )
@@ -242,6 +252,7 @@ class _Work:
         if inputs.reference:
             table, pinned = inputs.reference
             self.sources.append(TextSource(table, pinned.snapshot_id, pinned.table_name, REFERENCE))
+        self.units = source_units(self.sources)  # read by the features pass, then by the write
         self.doc_parts = _partitions(inputs.records)
         self.band_parts = _partitions(inputs.records * cfg.minhash.band_rows[0])
         self._persisted: list[DataFrame] = []
@@ -250,13 +261,13 @@ class _Work:
         """Decide every document: on the driver when the input allows (``dedup_local``), else in Spark."""
         clock = _Clock()
         if self.records <= DRIVER_DOCUMENTS:
-            features = unit_features(self.spark, self.sources, self.cfg).toArrow()  # the one job before the writes
+            features = unit_features(self.spark, self.units, self.cfg).toArrow()  # the one job before the writes
             counts = feature_counts(features)
             log.info("dedup stage 1/4 (features): %d document(s) in %.1fs", counts["all"], clock.lap())
             outcome = self._run_local(features, counts, clock)
             if outcome is not None:
                 return outcome
-        features = self._keep(unit_features(self.spark, self.sources, self.cfg))
+        features = self._keep(unit_features(self.spark, self.units, self.cfg))
         is_input = F.col("_key").startswith(INPUT)
         counts = features.agg(
             F.count("*").alias("all"),
@@ -439,8 +450,11 @@ class _SparkOutcome:
     def cluster_rows(self) -> DataFrame:
         return self.work.cluster_rows(self.decided, self.stats)
 
-    def kept_documents(self, docs: DataFrame, schema: Schema, partitions: int) -> DataFrame:
-        return _kept_documents(docs, self.decided, schema, partitions)
+    def decisions(self) -> DataFrame:
+        """``DECISIONS_SCHEMA`` rows of the input documents not kept alone, with their ``_unit``:
+        left in Spark, since there may be more than the driver should hold."""
+        alone = F.col("kept") & (F.col("cluster_id") == F.col("doc_id"))
+        return self.decided.where(~alone).select(*DECISIONS_SCHEMA.names, "_unit")
 
 
 # The clusters table's columns as the driver plan builds its rows (CLUSTERS_SCHEMA's types).
@@ -470,7 +484,7 @@ class _LocalOutcome:
         similarity: dict[str, tuple[float, float]],
         stats: dict[str, int],
     ):
-        self.spark, self.docs, self.decisions, self.similarity, self.stats = (
+        self.spark, self.docs, self.decided, self.similarity, self.stats = (
             spark, docs, decisions, similarity, stats,
         )  # fmt: skip
 
@@ -478,7 +492,7 @@ class _LocalOutcome:
         """One clusters-table row per input document: the driver's rows, and defaults for the
         documents kept alone, joined in the JVM. The driver's rows go as Arrow, which Spark takes
         as a local relation (a DataFrame made from Python rows waits for a Python worker to decode them)."""
-        decided = self._decided()
+        decided = self._decided_frame()
         alone = {"cluster_id": F.col("doc_id"), "kept": F.lit(True), "cluster_size": F.lit(1), "against": F.lit(False)}
         columns = [
             F.coalesce(F.col(name), alone[name]).alias(name) if name in alone else F.col(name)
@@ -486,35 +500,16 @@ class _LocalOutcome:
         ]
         return self.docs.select("doc_id").join(F.broadcast(decided), "doc_id", "left").select(*columns)
 
-    def _decided(self) -> DataFrame:
-        rows = [_cluster_row(d, self.similarity.get(d.key)) for d in self.decisions]
+    def _decided_frame(self) -> DataFrame:
+        rows = [_cluster_row(d, self.similarity.get(d.key)) for d in self.decided]
         columns = [pa.array([row[i] for row in rows], type=t) for i, t in enumerate(_CLUSTER_ROWS.types)]
         return self.spark.createDataFrame(pa.table(columns, schema=_CLUSTER_ROWS))
 
-    def kept_documents(self, docs: DataFrame, schema: Schema, partitions: int) -> DataFrame:
-        """The kept input documents with their cluster_id, hash-partitioned and sorted by doc_id
-        (as ``_kept_documents``: the same files)."""
-        columns = [f.name for f in schema.fields]
-        kept, cluster_id = docs.select(*columns), F.col("doc_id")
-        if self.decisions:
-            clustered = self.spark.createDataFrame(  # Arrow: a local relation, as in cluster_rows
-                pa.table(
-                    {
-                        "_doc_id": pa.array([d.doc_id for d in self.decisions], pa.string()),
-                        "_cluster_id": pa.array([d.cluster_id for d in self.decisions], pa.string()),
-                        "_kept": pa.array([d.kept for d in self.decisions], pa.bool_()),
-                    }
-                )
-            )
-            kept = kept.join(F.broadcast(clustered), F.col("doc_id") == F.col("_doc_id"), "left").where(
-                F.col("_kept").isNull() | F.col("_kept")
-            )
-            cluster_id = F.coalesce(F.col("_cluster_id"), F.col("doc_id"))
-        return (
-            kept.select(*columns, cluster_id.alias("cluster_id"))
-            .repartition(partitions, "doc_id")
-            .sortWithinPartitions("doc_id")
-        )
+    def decisions(self) -> pa.Table:
+        """``DECISIONS_SCHEMA`` rows of the input documents not kept alone."""
+        chosen = [d for d in self.decided if not (d.kept and d.cluster_id == d.doc_id)]
+        columns = {name: [getattr(d, name) for d in chosen] for name in DECISIONS_SCHEMA.names}
+        return pa.table(columns, schema=DECISIONS_SCHEMA)
 
 
 def _cluster_row(d: Decision, similarity: tuple[float, float] | None) -> tuple:
@@ -577,7 +572,7 @@ def _decide(exact: DataFrame, roots: DataFrame | None, partitions: int) -> DataF
     """Each input document's cluster, kept flag, kept document, and how it matched."""
     is_input = F.col("_key").startswith(INPUT)
     doc_id = F.expr("substring(_key, 2)")
-    clustered = exact.select("_key", "_exact", "_length", "_rep", F.col("_rep").alias("_root"))
+    clustered = exact.select("_key", "_exact", "_length", "_rep", "_unit", F.col("_rep").alias("_root"))
     if roots is not None:  # exact groups joined by near-duplicate pairs: the component of their representative
         clustered = clustered.join(
             roots.select(F.col("node").alias("_root"), F.col("component").alias("_component")), "_root", "left"
@@ -614,6 +609,7 @@ def _decide(exact: DataFrame, roots: DataFrame | None, partitions: int) -> DataF
         "_rep",
         "_keeper_rep",
         "_length",
+        "_unit",
     )
 
 
@@ -637,19 +633,6 @@ def _stats(decided: DataFrame) -> dict[str, int]:
 
 def _partitions(rows: int) -> int:
     return max(1, math.ceil(rows / ROWS_PER_PARTITION))
-
-
-def _kept_documents(docs: DataFrame, decided: DataFrame, schema: Schema, partitions: int) -> DataFrame:
-    """The kept input documents with their cluster_id, hash-partitioned and sorted by doc_id."""
-    kept = decided.where("kept").select("doc_id", "cluster_id").repartition(partitions, "doc_id")
-    columns = [f.name for f in schema.fields]
-    return (
-        docs.select(*columns)
-        .repartition(partitions, "doc_id")
-        .join(kept, "doc_id")  # both sides partitioned alike: the documents are shuffled once
-        .select(*columns, "cluster_id")
-        .sortWithinPartitions("doc_id")
-    )
 
 
 def _write(df: DataFrame, table: Table, run: Run, schema: Schema):

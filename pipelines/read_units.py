@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +38,16 @@ class ReadUnit:
     path: str
     start: int
     stop: int
+
+
+@dataclass(frozen=True)
+class SourceUnit:
+    """A read unit of one of several sources, with the key prefix of its documents (dedup's).
+    Here, not beside the jobs that plan them, so that a task unpickling one imports only this."""
+
+    prefix: str
+    unit: ReadUnit
+    io_properties: dict[str, str] = field(repr=False)
 
 
 def plan_units(paths: list[str], io_properties: Mapping[str, str], size_column: str | None = None) -> list[ReadUnit]:

@@ -297,10 +297,26 @@ def _layout(catalog, name: str) -> list[list[dict]]:
     return [pq.read_table(p.removeprefix("file://")).to_pylist() for p in paths]
 
 
+def _file_bytes(catalog, name: str) -> list[bytes]:
+    """Each data file's bytes, in path order (the order readers follow)."""
+    table = catalog.load_table(tuple(name.split(".")))
+    paths = sorted(t.file.file_path for t in table.scan().plan_files())
+    return [Path(p.removeprefix("file://")).read_bytes() for p in paths]
+
+
 @pytest.mark.slow
 def test_same_output_whatever_the_parallelism(spark, catalog):
+    from lakehouse.catalog import ensure_table
+    from lakehouse.file_sizes import TARGET_PROPERTY
+    from pipelines.dedup import _output_schema
+
     corpus = planted_corpus(seed=11, originals=40)
-    write_table(catalog, "raw.docs", corpus.docs)
+    write_table(catalog, "raw.docs", corpus.docs, files=3, row_group_size=7)  # three read units
+    schema = catalog.load_table(("raw", "docs")).schema()
+    for name in ("a", "b", "c"):  # files far under the target would be combined into one
+        table = ensure_table(catalog, ("dedup", name), _output_schema(schema))
+        with table.transaction() as tx:
+            tx.set_properties({TARGET_PROPERTY: "4096"})
     dedup(spark, catalog, DedupOptions(inputs=["raw.docs"], output="dedup.a"))
     previous = spark.conf.get("spark.sql.shuffle.partitions")
     spark.conf.set("spark.sql.shuffle.partitions", "3")
@@ -314,11 +330,16 @@ def test_same_output_whatever_the_parallelism(spark, catalog):
     )
     assert done.returncode == 0, done.stderr
 
+    # The kept documents are written one file per read unit, in the input's order.
+    kept = {row["doc_id"] for row in rows(catalog, "dedup.a_clusters") if row["kept"]}
+    inputs = [[row["doc_id"] for row in file if row["doc_id"] in kept] for file in _layout(catalog, "raw.docs")]
+    assert [[row["doc_id"] for row in file] for file in _layout(catalog, "dedup.a")] == inputs
+    assert len(inputs) == 3 and len(kept) < len(corpus.docs)
     for suffix in ("", "_clusters"):
-        first = _layout(catalog, f"dedup.a{suffix}")
-        assert len(first) >= 1 and sum(map(len, first)) > 0
-        assert _layout(catalog, f"dedup.b{suffix}") == first
-        assert _layout(catalog, f"dedup.c{suffix}") == first
+        first = _file_bytes(catalog, f"dedup.a{suffix}")
+        assert len(first) >= 1
+        assert _file_bytes(catalog, f"dedup.b{suffix}") == first
+        assert _file_bytes(catalog, f"dedup.c{suffix}") == first
 
 
 def _mixed_corpus() -> tuple[Planted, Planted]:
@@ -341,7 +362,7 @@ def test_the_driver_plan_and_the_distributed_plan_write_the_same_tables(spark, c
     import pipelines.dedup as job
 
     corpus, published = _mixed_corpus()
-    write_table(catalog, "raw.mixed", corpus.docs)
+    write_table(catalog, "raw.mixed", corpus.docs, files=3)  # units: the distributed plan routes decisions to them
     write_table(catalog, "dedup.published", published.docs)
     cases = {"verified": (True, "dedup.published"), "unverified": (False, None)}
     stats = {}
@@ -369,7 +390,7 @@ def test_the_features_read_by_the_tasks_are_those_of_the_texts_spark_reads(spark
 
     from pipelines.dedup_local import INPUT
     from pipelines.dedup_stages import document_features
-    from pipelines.dedup_units import unit_features
+    from pipelines.dedup_units import source_units, unit_features
     from pipelines.read_units import plan_units
     from pipelines.snapshot_texts import TextSource
     from pipelines.spark_session import read_snapshot, snapshot_files
@@ -381,7 +402,8 @@ def test_the_features_read_by_the_tasks_are_those_of_the_texts_spark_reads(spark
     assert len(plan_units(snapshot_files(table, snapshot_id, "raw.docs"), table.io.properties, "n_bytes")) == 3
     cfg = DedupConfig()
 
-    ours = unit_features(spark, [TextSource(table, snapshot_id, "raw.docs", INPUT)], cfg).toArrow()
+    units = source_units([TextSource(table, snapshot_id, "raw.docs", INPUT)])
+    ours = unit_features(spark, units, cfg).toArrow()
 
     texts = read_snapshot(spark, table, snapshot_id, "raw.docs").select(
         F.concat(F.lit(INPUT), "doc_id").alias("_key"), "text"
@@ -389,4 +411,6 @@ def test_the_features_read_by_the_tasks_are_those_of_the_texts_spark_reads(spark
     texts = texts.toArrow().combine_chunks()
     expected = pa.Table.from_batches([document_features(texts["_key"].chunk(0), texts["text"].chunk(0), cfg)])
     assert ours.num_rows == len(corpus.docs)
-    assert ours.sort_by("_key").to_pylist() == expected.sort_by("_key").to_pylist()
+    assert ours.drop_columns(["_unit"]).sort_by("_key").to_pylist() == expected.sort_by("_key").to_pylist()
+    assert ours.column("_unit").to_pylist() == sorted(ours.column("_unit").to_pylist())  # in unit order
+    assert set(ours.column("_unit").to_pylist()) == {0, 1, 2}
