@@ -25,6 +25,7 @@ from orchestration.ablations import run_ablation
 from orchestration.definition import FactoryDefinition, Gate, Heldout, Source
 from orchestration.keys import production_key
 from orchestration.layout import tokenizer_path
+from orchestration.locks import exclusive, source_lock
 from orchestration.manifests import Pinned, pin_mixture
 from orchestration.state import PRODUCTION, catalog, head, tagged
 
@@ -54,7 +55,13 @@ def production_asset(definition: FactoryDefinition, source: Source, upstream: dg
 
 def gate(context: dg.AssetExecutionContext, definition: FactoryDefinition, source: Source) -> dict[str, Any] | None:
     """Decide on the source's newest refined snapshot (once: a decision made before is acted on
-    as recorded) and move the tag if it was promoted. None when there is nothing new."""
+    as recorded) and move the tag if it was promoted. None when there is nothing new. Two runs
+    that reach the gate take turns: the second acts on the first's decision."""
+    with exclusive(definition.folder(), source_lock(source.name), context.log.info):
+        return _gate(context, definition, source)
+
+
+def _gate(context: dg.AssetExecutionContext, definition: FactoryDefinition, source: Source) -> dict[str, Any] | None:
     cat = catalog()
     table = source.final_table
     candidate, current = head(cat, table), tagged(cat, table)

@@ -32,3 +32,10 @@ def exclusive(folder: Path, name: str, log=None) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def source_lock(source: str) -> str:
+    """The lock a source's chain steps and its gate each hold while they run: a refresh run and the
+    refine run its sensor started for the raw snapshot that refresh had just made take turns, step
+    by step, and the second finds each step done (or acts on the gate's recorded decision)."""
+    return f"source-{source}"

@@ -4,6 +4,8 @@
   input differs from every ingest run's) start ``<source>_refresh`` (ingest and everything
   downstream of it); a raw snapshot that the next step has not taken in (an ingest by hand)
   starts ``<source>_refine`` (dedup, filter, decontaminate, the gate, then the mixtures and runs).
+  While a run it started for the source is queued or at work, it starts nothing for it: the
+  refresh's own ingest makes a raw snapshot not yet refined, which is that run's to refine.
 - ``checkpoint_sensor``, as often as the most watched source, at most every 30 s ("eval waits
   for checkpoint"): each complete checkpoint of
   each run's current folder that an eval's cadence covers starts that eval's job for it, once
@@ -40,6 +42,15 @@ if TYPE_CHECKING:  # what dg.define_asset_job returns (dagster does not export t
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition as Job
 
 RUNNING = dg.DefaultSensorStatus.RUNNING
+# Every status of a run not yet ended (a dead worker's run ends as failed once run monitoring
+# finds it, docs/factory.md).
+AT_WORK = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
 
 
 def source_sensor(definition: FactoryDefinition, source: Source, refresh: Job, refine: Job) -> dg.SensorDefinition:
@@ -53,6 +64,10 @@ def source_sensor(definition: FactoryDefinition, source: Source, refresh: Job, r
         description=f"new files under {source.name}'s paths → {refresh.name}; a raw snapshot not yet refined → {refine.name}",
     )
     def watch(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        at_work = context.instance.get_run_records(dg.RunsFilter(tags=_tags(source), statuses=AT_WORK), limit=1)
+        if at_work:
+            run = at_work[0].dagster_run
+            return dg.SensorResult(skip_reason=f"{source.name}: run {run.run_id} ({run.job_name}) is at work on it")
         cat = catalog()
         ids = [ingest_run_id(definition, source, n) for n in range(len(source.inputs))]
         if not all(committed(cat, raw, i) for i in ids):

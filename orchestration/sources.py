@@ -16,6 +16,7 @@ import dagster as dg
 from orchestration.commands import printed, run_factory, run_id
 from orchestration.definition import FactoryDefinition, Source, SourceInput
 from orchestration.keys import step_key
+from orchestration.locks import exclusive, source_lock
 from orchestration.state import catalog, committed, head, refined_inputs
 
 
@@ -44,12 +45,13 @@ def _raw_asset(definition: FactoryDefinition, source: Source) -> dg.AssetsDefini
     )
     def raw(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         output = ""
-        for n, given in enumerate(source.inputs):
-            ingest_id = ingest_run_id(definition, source, n)
-            if committed(catalog(), table, ingest_id):
-                context.log.info("%s: input %d ingested before (run %s)", table, n, ingest_id)
-                continue
-            output += run_factory(context, [*ingest_argv(source, given), "--run-id", ingest_id])
+        with exclusive(definition.folder(), source_lock(source.name), context.log.info):
+            for n, given in enumerate(source.inputs):
+                ingest_id = ingest_run_id(definition, source, n)
+                if committed(catalog(), table, ingest_id):
+                    context.log.info("%s: input %d ingested before (run %s)", table, n, ingest_id)
+                    continue
+                output += run_factory(context, [*ingest_argv(source, given), "--run-id", ingest_id])
         return _result(table, output)
 
     return raw
@@ -95,18 +97,19 @@ def _refine_asset(
         description=f"`{table}` from `{upstream}` (`factory {build.__doc__}`)",
     )
     def refine(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        cat = catalog()
-        snapshot = head(cat, upstream)
-        if snapshot is None:
-            raise dg.Failure(f"{upstream} has no snapshot yet: nothing to refine into {table}")
-        if (upstream, snapshot) in refined_inputs(cat, table):
-            context.log.info("%s@%s is already refined into %s", upstream, snapshot, table)
-            return _result(table, "")
-        argv, options = build(source, f"{upstream}@{snapshot}", table, head(cat, table))
-        step_id = run_id(f"{definition.name}-{source.name}-{step}", f"{upstream}@{snapshot}", options)
-        if committed(cat, table, step_id):
-            return _result(table, "")
-        return _result(table, run_factory(context, [*argv, "--run-id", step_id]))
+        with exclusive(definition.folder(), source_lock(source.name), context.log.info):
+            cat = catalog()
+            snapshot = head(cat, upstream)
+            if snapshot is None:
+                raise dg.Failure(f"{upstream} has no snapshot yet: nothing to refine into {table}")
+            if (upstream, snapshot) in refined_inputs(cat, table):
+                context.log.info("%s@%s is already refined into %s", upstream, snapshot, table)
+                return _result(table, "")
+            argv, options = build(source, f"{upstream}@{snapshot}", table, head(cat, table))
+            step_id = run_id(f"{definition.name}-{source.name}-{step}", f"{upstream}@{snapshot}", options)
+            if committed(cat, table, step_id):
+                return _result(table, "")
+            return _result(table, run_factory(context, [*argv, "--run-id", step_id]))
 
     return refine
 
