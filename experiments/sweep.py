@@ -36,7 +36,7 @@ from experiments.trial import (
 )
 from experiments.trials_table import commit_trial, read_trials
 from lakehouse.catalog import factory_home
-from lakehouse.errors import ConfigError, InputError, ManifestError
+from lakehouse.errors import ConfigError, InputError, ManifestError, RunConflictError
 from trainer.config import Config, load_config
 
 log = logging.getLogger("factory.experiments")
@@ -233,19 +233,38 @@ def run_trials(
     (``experiments/tracking.py``)."""
     sweep_dir = Path(setup.sweep_dir)
     state = sweep_dir / TUNE_DIR
-    if resume and not state.is_dir():
-        raise InputError(f"sweep {setup.sweep_id} has no saved state at {state}: nothing to resume (drop --resume)")
-    if not resume and state.is_dir():
-        raise InputError(
-            f"sweep {setup.sweep_id} was started before ({state}): --resume continues it; to run it again "
-            f"from scratch remove {sweep_dir} or rename the sweep"
-        )
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    with sweep_run(setup) as tracking:
-        tracked = dataclasses.replace(setup, mlflow=tracking)
-        outcome = _fit(tracked, param_space, schedule, resume, address, num_cpus, trainable)
-        log_sweep_outcome(tracking, outcome.rows)
+    with _only_process(sweep_dir, setup.sweep_id):
+        if resume and not state.is_dir():
+            raise InputError(f"sweep {setup.sweep_id} has no saved state at {state}: nothing to resume (drop --resume)")
+        if not resume and state.is_dir():
+            raise InputError(
+                f"sweep {setup.sweep_id} was started before ({state}): --resume continues it; to run it again "
+                f"from scratch remove {sweep_dir} or rename the sweep"
+            )
+        with sweep_run(setup) as tracking:
+            tracked = dataclasses.replace(setup, mlflow=tracking)
+            outcome = _fit(tracked, param_space, schedule, resume, address, num_cpus, trainable)
+            log_sweep_outcome(tracking, outcome.rows)
     return outcome
+
+
+@contextlib.contextmanager
+def _only_process(sweep_dir: Path, sweep_id: str) -> Iterator[None]:
+    """Refuse a second process on a sweep while one runs it: Tune's saved state and the sweep's rows
+    belong to one run of it (two at once each count the other's rows as theirs). The kernel drops
+    the lock when its holder dies, so --resume after a kill is never refused."""
+    import fcntl
+
+    with (sweep_dir / "sweep.lock").open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunConflictError(
+                f"sweep {sweep_id} is being run by another process now; wait for it to end "
+                f"(--resume then continues it if it was interrupted)"
+            ) from None
+        yield
 
 
 def _fit(

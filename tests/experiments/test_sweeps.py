@@ -159,6 +159,13 @@ def test_an_interrupted_sweep_resumes_without_rerunning_finished_trials(in_lake,
 
     sweep_id = load_sweep_spec(spec).sweep_id
     deadline = time.monotonic() + 240
+    from experiments.sweep import sweep_dir_of
+
+    # A second process on the same sweep while the first runs it is refused.
+    while not (sweep_dir_of(sweep_id) / "sweep.lock").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    meanwhile = subprocess.run([*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert meanwhile.returncode == 2 and "another process" in meanwhile.stderr, meanwhile.stderr[-2000:]
     while not _rows(sweep_id) and time.monotonic() < deadline and first.poll() is None:
         time.sleep(0.5)
     first.send_signal(signal.SIGINT)  # Ctrl-C: Tune saves its state and stops
@@ -166,8 +173,6 @@ def test_an_interrupted_sweep_resumes_without_rerunning_finished_trials(in_lake,
     before = {r["trial_id"]: r for r in _rows(sweep_id)}
     assert first.returncode == 130, output[-3000:]
     assert 1 <= len(before) < 3 and "--resume" in output
-    from experiments.sweep import sweep_dir_of
-
     parent_before = json.loads((sweep_dir_of(sweep_id) / "mlflow.json").read_text())["run_id"]
 
     # Resumed on a Ray of 4: the trials left (each 2 CPUs, as saved) run side by side, not one after the other.
