@@ -32,6 +32,8 @@ from pipelines.staging import REPORT_SCHEMA, StagedOutput, Target, staged_output
 # several), as the plans decided them. A document absent from them is kept, its own cluster.
 DECISIONS_SCHEMA = pa.schema([("doc_id", pa.string()), ("cluster_id", pa.string()), ("kept", pa.bool_())])
 _OUT = "documents"
+# The removed documents' ids, and (ids, cluster ids) of the kept ones in clusters: ``_split``.
+Split = tuple[pa.Array, tuple[pa.Array, pa.Array]]
 
 log = logging.getLogger("factory.dedup")
 
@@ -53,7 +55,7 @@ def write_kept(
     if isinstance(decisions, pa.Table):
         # Each task runs every n-th unit; files are named by unit, so the number of tasks changes nothing.
         tasks = max(1, min(len(units), spark.sparkContext.defaultParallelism))
-        task = _strided_task(units, tasks, schema, decisions.cast(DECISIONS_SCHEMA), targets)
+        task = _strided_task(units, tasks, schema, _split(decisions.cast(DECISIONS_SCHEMA)), targets)
         reports = spark.range(0, tasks, 1, tasks).mapInArrow(task, REPORT_SCHEMA).collect()
     else:
         markers = spark.range(0, len(units), 1, 1).select(
@@ -88,7 +90,7 @@ def kept_rows(batch: pa.RecordBatch, removed: pa.Array, clustered: tuple[pa.Arra
     return batch.append_column("cluster_id", cluster_id)
 
 
-def _split(decisions: pa.Table) -> tuple[pa.Array, tuple[pa.Array, pa.Array]]:
+def _split(decisions: pa.Table) -> Split:
     """The removed documents' ids, and (ids, cluster ids) of the kept ones in clusters."""
     kept, doc_id, cluster_id = (decisions.column(n) for n in ("kept", "doc_id", "cluster_id"))
     removed = doc_id.filter(pc.invert(kept)).combine_chunks()
@@ -97,27 +99,33 @@ def _split(decisions: pa.Table) -> tuple[pa.Array, tuple[pa.Array, pa.Array]]:
 
 
 def _write_unit(
-    unit_id: int, unit: SourceUnit, schema: pa.Schema, decisions: pa.Table, targets: dict
+    unit_id: int, unit: SourceUnit, schema: pa.Schema, split: Split, targets: dict
 ) -> Iterator[pa.RecordBatch]:
-    """Read one unit, keep its kept documents, write them to the unit's file; the report rows."""
+    """Read one unit, keep its kept documents (``split``: ``_split`` of its decisions), write them
+    to the unit's file; the report rows."""
     from pipelines.read_units import read_unit
     from pipelines.staging import write_partition
 
-    removed, clustered = _split(decisions)
+    removed, clustered = split
     kept = (_routed(kept_rows(docs, removed, clustered)) for docs in read_unit(unit.unit, schema, unit.io_properties))
     yield from write_partition(kept, targets, part=unit_id)
 
 
 def _strided_task(
-    units: list[SourceUnit], tasks: int, schema: pa.Schema, decisions: pa.Table, targets: dict
+    units: list[SourceUnit],
+    tasks: int,
+    schema: pa.Schema,
+    split: Split,
+    targets: dict,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """What Spark task t runs: units t, t + tasks, …, each with all of the driver's decisions."""
+    """What Spark task t runs: units t, t + tasks, …, each with all of the driver's decisions,
+    split once on the driver (``split``), not again for each unit."""
 
     def task(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in ids:
             for first in batch.column(0).to_pylist():
                 for unit_id in range(first, len(units), tasks):
-                    yield from _write_unit(unit_id, units[unit_id], schema, decisions, targets)
+                    yield from _write_unit(unit_id, units[unit_id], schema, split, targets)
 
     return task
 
@@ -135,7 +143,7 @@ def _by_unit_task(
         rows = pa.Table.from_batches(batches)
         for unit_id in sorted(set(rows.column("_unit").to_pylist())):
             mine = rows.filter(pc.and_(pc.equal(rows.column("_unit"), unit_id), pc.is_valid(rows.column("doc_id"))))
-            yield from _write_unit(unit_id, units[unit_id], schema, mine.select(DECISIONS_SCHEMA.names), targets)
+            yield from _write_unit(unit_id, units[unit_id], schema, _split(mine), targets)
 
     return task
 
