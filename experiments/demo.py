@@ -8,7 +8,7 @@ over them, then ``factory mix search`` with K = 16 tiny proxies on Ray Tune (2 C
 chosen mixture trained fresh, and the lineage of its checkpoint. Prints the trials' table, the
 cross-validated Spearman of the fit on held-out trials, and the chosen mixture's metric beside
 the swarm's median and best. Run again, the committed ingest runs and the finished search are
-reused (the search's state is kept: delete ``$FACTORY_HOME/sweeps`` to run it afresh).
+reused (the search's state and its rows are kept: delete ``$FACTORY_HOME`` to run it afresh).
 """
 
 from __future__ import annotations

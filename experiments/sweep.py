@@ -37,6 +37,7 @@ from experiments.trial import (
 from experiments.trials_table import commit_trial, read_trials
 from lakehouse.catalog import factory_home
 from lakehouse.errors import ConfigError, InputError, ManifestError, RunConflictError
+from lakehouse.file_locks import LockHeld, locked
 from trainer.config import Config, load_config
 
 log = logging.getLogger("factory.experiments")
@@ -240,8 +241,10 @@ def run_trials(
         if not resume and state.is_dir():
             raise InputError(
                 f"sweep {setup.sweep_id} was started before ({state}): --resume continues it; to run it again "
-                f"from scratch remove {sweep_dir} or rename the sweep"
+                f"from scratch, change the spec's `name` (its rows stay under this id)"
             )
+        if not resume:
+            _refuse_earlier_rows(setup)
         with sweep_run(setup) as tracking:
             tracked = dataclasses.replace(setup, mlflow=tracking)
             outcome = _fit(tracked, param_space, schedule, resume, address, num_cpus, trainable)
@@ -249,17 +252,28 @@ def run_trials(
     return outcome
 
 
+def _refuse_earlier_rows(setup: TrialSetup) -> None:
+    """A fresh start under an id whose rows outlived its saved state (its folder removed) would
+    mix two runs' rows under one id: every count, report and decision read from them."""
+    from lakehouse.catalog import load_catalog
+
+    if earlier := read_trials(load_catalog(setup.catalog_name), setup.sweep_id):
+        raise InputError(
+            f"sweep {setup.sweep_id} has {len(earlier)} trial row(s) in experiments.trials from an earlier run "
+            f"whose saved state is gone ({Path(setup.sweep_dir) / TUNE_DIR}): it can be neither resumed nor "
+            f"started again under this id; change the spec's `name` to run it afresh"
+        )
+
+
 @contextlib.contextmanager
 def _only_process(sweep_dir: Path, sweep_id: str) -> Iterator[None]:
     """Refuse a second process on a sweep while one runs it: Tune's saved state and the sweep's rows
     belong to one run of it (two at once each count the other's rows as theirs). The kernel drops
     the lock when its holder dies, so --resume after a kill is never refused."""
-    import fcntl
-
-    with (sweep_dir / "sweep.lock").open("a") as handle:
+    with contextlib.ExitStack() as held:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            held.enter_context(locked(sweep_dir / "sweep.lock", wait=False))
+        except LockHeld:
             raise RunConflictError(
                 f"sweep {sweep_id} is being run by another process now; wait for it to end "
                 f"(--resume then continues it if it was interrupted)"

@@ -10,28 +10,16 @@ machines sets a Dagster pool of the same name (docs/factory.md, "Running it unde
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
+from lakehouse.file_locks import locked
 
-@contextlib.contextmanager
-def exclusive(folder: Path, name: str, log=None) -> Iterator[None]:
+
+def exclusive(folder: Path, name: str, log=None) -> AbstractContextManager[None]:
     """Hold the lock ``name`` under ``folder`` for the block; wait for it if another run holds it."""
-    path = folder / "locks" / f"{name}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if log is not None:
-                log(f"waiting for another run to finish its work on {name}")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    on_wait = None if log is None else lambda: log(f"waiting for another run to finish its work on {name}")
+    return locked(folder / "locks" / f"{name}.lock", wait=True, on_wait=on_wait)
 
 
 def source_lock(source: str) -> str:

@@ -189,6 +189,16 @@ def test_an_interrupted_sweep_resumes_without_rerunning_finished_trials(in_lake,
     _check_trial_runs(sweep_dir_of(sweep_id), after)
     assert _tracked(sweep_dir_of(sweep_id))[2].info.run_id == parent_before
 
+    # Its folder removed, its rows stay: run again under the same id, the new trials' rows would
+    # be counted with these (6 rows for 3 trials), so both a fresh start and --resume are refused.
+    import shutil
+
+    shutil.rmtree(sweep_dir_of(sweep_id))
+    for again, why in (([*command, "--num-cpus", "2"], "earlier run"), (resumed, "no saved state")):
+        refused = subprocess.run(again, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 2 and why in refused.stderr, refused.stdout[-2000:] + refused.stderr[-2000:]
+    assert len(_rows(sweep_id)) == 3
+
 
 def test_the_ablation_noise_test_flags_a_real_difference_and_not_a_rerun_of_the_base(in_lake):
     from experiments.ablation import AblationSpec, format_ablation, run_ablation
