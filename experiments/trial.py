@@ -10,11 +10,8 @@ sweep goes on.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import json
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Mapping
@@ -23,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.sweep_spec import COMPONENT_PREFIX, MIXTURE_KEY, MIXTURE_PREFIX, toml_literal
-from trainer.launch import command
+from trainer.launch import command, signal_on_parent_death
 
 MAX_CURVE_POINTS = 200
 POLL_S = 0.25
@@ -116,7 +113,7 @@ def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
         env.update(tracked.env)
         started = time.time()
         process = subprocess.Popen(
-            argv, cwd=setup.cwd, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+            argv, cwd=setup.cwd, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=signal_on_parent_death
         )
         try:
             while process.poll() is None:
@@ -237,13 +234,3 @@ def _tail(path: Path, lines: int = 6) -> str:
     except OSError:
         return "(no log)"
     return " | ".join(line.strip() for line in text[-lines:] if line.strip())[-1500:]
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM when the trial's worker dies (Tune kills the actor of a stopped
-    trial; torchrun passes SIGTERM on to its ranks), so no training run is left behind."""
-    with contextlib.suppress(OSError):  # not Linux: the `finally` in run_trial is the only guard
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)

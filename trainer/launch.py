@@ -8,8 +8,22 @@ reported an error of ours (1 otherwise), so ``factory train`` ends as every othe
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import signal
 import sys
 from collections.abc import Sequence
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def signal_on_parent_death(sig: int = signal.SIGTERM) -> None:
+    """Ask the kernel to send this process ``sig`` when its parent dies: a child that outlives a
+    killed parent (a trial's worker ended by Ray, torchrun killed by the OOM killer) would go on
+    training for no one. prctl through ctypes: the standard library has no binding for it. Not
+    Linux: nothing happens, and the parent's own shutdown is the only guard."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
 
 
 def command(

@@ -4,16 +4,14 @@ user can fix into ``error: …`` and exit 2 (``trainer.train`` and ``rl.learner`
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import os
-import signal
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from lakehouse.errors import FactoryError
 from lakehouse.storage_errors import storage_error
+from trainer.launch import signal_on_parent_death
 from trainer.parallel import World, init_world, shutdown
 
 
@@ -54,9 +52,6 @@ def rank_main(
     return 0
 
 
-_PR_SET_PDEATHSIG = 1
-
-
 def die_with_launcher() -> None:
     """Get SIGTERM when torchrun, this rank's parent, dies; end now if it died a moment ago.
 
@@ -64,7 +59,6 @@ def die_with_launcher() -> None:
     ended by Ray, a launcher killed by the OOM killer): its ranks would live on, orphans that
     wait in the rendezvous or go on training, holding memory and writing to a run no one owns."""
     launcher = os.getppid()
-    with contextlib.suppress(OSError, AttributeError):  # not Linux: torchrun's own shutdown is the guard
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    signal_on_parent_death()
     if os.getppid() != launcher:  # it died before the request above: no signal will come
         sys.exit("error: torchrun, this rank's launcher, has exited")
