@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+# A pytest-xdist worker's __main__ is execnet's bare module, with neither __spec__ nor __file__:
+# pyspark.sql.connect (imported through great_expectations) takes that for a doctest run and exits
+# the worker. Given the spec `python -m pytest` gives it, multiprocessing's spawn also does what it
+# does there (a child does not run a `*.__main__` module again).
+if os.environ.get("PYTEST_XDIST_WORKER") and getattr(sys.modules["__main__"], "__spec__", None) is None:
+    sys.modules["__main__"].__spec__ = importlib.util.find_spec("pytest.__main__")
 
 from lakehouse.catalog import embedded_catalog_properties
 from tests.postgres import PostgresServer, find_postgres_bin
