@@ -42,11 +42,13 @@ experiments-demo: install java $(CLASSES) ## mixture search on real data: 3 comp
 	$(BIN)/python -m experiments.demo
 
 # Two test processes (pytest-xdist), each given whole files: most tests spend much of their time
-# starting and waiting on processes (a JVM, Ray, torchrun), which overlap even on 2 cores.
+# starting and waiting on processes (a JVM, Ray, torchrun), which overlap even on 2 cores. Files
+# are handed out in collection order (tests/conftest.py puts the slow ones first), not xdist's
+# default of the files with the most tests first.
 TEST_WORKERS ?= 2
 
 test: install java $(CLASSES) ## run the test suite on real Spark, Iceberg catalogs, Ray and torchrun
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=30
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30
 
 test-fast: install ## the tests that need no JVM, Ray cluster or torchrun: the edit-test loop (under two minutes)
 	$(BIN)/python -m pytest -q -m "not engine and not slow"

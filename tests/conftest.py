@@ -45,6 +45,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.path not in slow)
 
 
+@pytest.fixture(autouse=True)
+def _ray_as_found():
+    """Ray started in this process by a test (the loader and the rollouts start one and keep it,
+    as a library should) is shut down after it: the next test's `ray.init` would fail, or its
+    sweep would join this Ray, whose workers lack the environment that test set."""
+    was_up = _ray_up()
+    yield
+    if not was_up and _ray_up():
+        sys.modules["ray"].shutdown()
+
+
+def _ray_up() -> bool:
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
+
+
 @pytest.fixture(scope="session")
 def spark():
     from pipelines.spark_session import get_spark

@@ -59,9 +59,10 @@ class RayCluster:
     session_dir: Path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ray_cluster(tmp_path_factory) -> RayCluster:
-    """One local Ray for the whole session (it takes 5-10 s to start)."""
+    """One local Ray for this folder's tests (it takes 5-10 s to start), shut down when the tests
+    of another folder follow: theirs start Ray with settings of their own."""
     import ray
 
     os.environ.setdefault("RAY_DISABLE_USAGE_STATS", "1")
