@@ -50,7 +50,7 @@ TEST_WORKERS ?= 2
 test: install java $(CLASSES) ## run the test suite on real Spark, Iceberg catalogs, Ray and torchrun
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30
 
-test-fast: install ## the tests that need no JVM, Ray cluster or torchrun: the edit-test loop (under two minutes)
+test-fast: install ## the tests that need no JVM, Ray cluster or torchrun: the edit-test loop (about 3-4 minutes)
 	$(BIN)/python -m pytest -q -m "not engine and not slow"
 
 lint: install ## ruff lint and format check
