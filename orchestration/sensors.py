@@ -9,8 +9,9 @@
 - ``checkpoint_sensor``, as often as the most watched source, at most every 30 s ("eval waits
   for checkpoint"): each complete checkpoint of
   each run's current folder that an eval's cadence covers starts that eval's job for it, once
-  (the cursor holds the newest step seen per folder, and each request's run key names the eval
-  and the checkpoint, which Dagster launches at most once).
+  (the cursor holds the newest step seen per folder, each request's run key names the eval
+  and the checkpoint, which Dagster launches at most once, and a checkpoint already in
+  evals.results, evaluated before the cursor was lost, is not requested).
 - ``experiment_sensor``, at half that rate: a declared ablation with no decision on its base, or a sweep
   not run on its base, starts its job.
 
@@ -36,7 +37,7 @@ from orchestration.definition import FactoryDefinition, Source
 from orchestration.layout import mixture_folder, read_current
 from orchestration.sources import ingest_run_id
 from orchestration.state import catalog, committed, head, refined_inputs
-from orchestration.training import current_run_dir, due_checkpoints
+from orchestration.training import current_run_dir, due_checkpoints, unevaluated
 
 if TYPE_CHECKING:  # what dg.define_asset_job returns (dagster does not export the type)
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition as Job
@@ -113,7 +114,7 @@ def checkpoint_sensor(
                 continue
             for declared in (e for e in definition.evals.values() if run in e.runs):
                 job, op = eval_jobs[declared.name]
-                for path in due_checkpoints(declared, run_dir, after=newest):
+                for path in unevaluated(catalog(), declared, due_checkpoints(declared, run_dir, after=newest)):
                     config = dg.RunConfig(ops={op: {"config": {"checkpoint": str(path)}}})
                     requests.append(
                         dg.RunRequest(

@@ -46,6 +46,17 @@ def committed(cat: Catalog, table: str, run_id: str) -> bool:
     return loaded is not None and find_run_snapshot(loaded, run_id) is not None
 
 
+def committed_runs(cat: Catalog, table: str) -> set[str]:
+    """The run id of every snapshot in ``table``'s main: one walk for many ``committed`` checks."""
+    loaded = table_or_none(cat, table)
+    if loaded is None or loaded.current_snapshot() is None:
+        return set()
+    found = (
+        summary_properties(s).get("factory.run-id") for s in ancestors_of(loaded.current_snapshot(), loaded.metadata)
+    )
+    return {run_id for run_id in found if run_id}
+
+
 def refined_inputs(cat: Catalog, table: str) -> set[tuple[str, int]]:
     """``(table, snapshot id)`` of every input (not ``--against``) a snapshot of ``table``'s main
     was made from: which upstream snapshots this step has already taken in."""

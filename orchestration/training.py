@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from pyiceberg.catalog import Catalog
 
 from experiments.sweep_spec import toml_literal
+from lakehouse.errors import InputError
 from lakehouse.local_files import write_atomically
 from orchestration.adoption import adopted_overrides
 from orchestration.commands import run_factory
@@ -25,7 +27,7 @@ from orchestration.layout import mixture_folder, read_current, run_folder, token
 from orchestration.locks import exclusive
 from orchestration.manifests import Pinned, fingerprint_of, pin_mixture
 from orchestration.mixture_policy import determine
-from orchestration.state import PRODUCTION, catalog, tagged
+from orchestration.state import PRODUCTION, catalog, committed_runs, tagged
 
 GROUP = "training"
 
@@ -204,7 +206,8 @@ def evals_asset(definition: FactoryDefinition, declared: Eval) -> dg.AssetsDefin
         if not config.checkpoint:
             for run in declared.runs:
                 run_dir = current_run_dir(definition, run)
-                targets += [] if run_dir is None else [str(p) for p in due_checkpoints(declared, run_dir)]
+                due = [] if run_dir is None else unevaluated(catalog(), declared, due_checkpoints(declared, run_dir))
+                targets += [str(path) for path in due]
         for checkpoint in targets:
             run_factory(context, eval_argv(declared, checkpoint))
         return dg.MaterializeResult(metadata={"checkpoints": targets})
@@ -217,6 +220,32 @@ def eval_argv(declared: Eval, checkpoint: str) -> list[str]:
     options, so evaluating it again (the sensor's run, a retry) commits nothing more."""
     argv = ["eval", checkpoint, "--suite", *declared.suites, "--samples", str(declared.samples)]
     return argv + ([] if declared.limit is None else ["--limit", str(declared.limit)])
+
+
+def unevaluated(cat: Catalog, declared: Eval, checkpoints: list[Path]) -> list[Path]:
+    """Those of ``checkpoints`` for which a suite of ``declared`` has no eval run in evals.results.
+
+    The run ids are computed as `factory eval` computes them from ``eval_argv``'s options, so a
+    checkpoint evaluated before (by hand, by `factory run`, or under a sensor since restarted
+    without its cursor) starts no process and no Dagster run. One whose run ids cannot be
+    computed here (its lineage unreadable) counts as not evaluated: `factory eval` says why.
+    """
+    from evals.registry import SuiteOptions
+    from evals.results import RESULTS_TABLE
+    from evals.run import eval_run
+
+    if not checkpoints:
+        return []
+    done = committed_runs(cat, ".".join(RESULTS_TABLE))
+    options = SuiteOptions(samples=declared.samples, limit=declared.limit)
+
+    def evaluated(path: Path) -> bool:
+        try:
+            return all(eval_run(path, suite, options).run_id in done for suite in declared.suites)
+        except (OSError, ValueError, KeyError, InputError):
+            return False
+
+    return [path for path in checkpoints if not evaluated(path)]
 
 
 def due_checkpoints(declared: Eval, run_dir: Path, after: int = -1) -> list[Path]:

@@ -1,5 +1,6 @@
 """Eval waits for checkpoint, end to end: the Dagster sensor sees a checkpoint that 2 torchrun ranks
-saved, requests one run, and that run's `factory eval` lands its rows in evals.results.
+saved, requests one run, and that run's `factory eval` lands its rows in evals.results; a sensor
+that lost its cursor does not request it again.
 
 Here rather than in tests/orchestration so that it shares this folder's trained run (one torchrun
 training per test session)."""
@@ -39,3 +40,11 @@ def test_a_sensor_triggered_eval_lands_its_rows_in_evals_results(trained_run, ca
         # own guarantee: test_eval.py).
         again = dg.build_sensor_context(instance=instance, cursor=tick.cursor, definitions=defs)
         assert not sensor(again).run_requests
+
+    # A daemon started again with a fresh DAGSTER_HOME (its cursor and run keys lost), or for the
+    # first time after `factory run` evaluated the checkpoint: the rows in evals.results say it is
+    # done, so no run is started that would only find it done.
+    with dg.DagsterInstance.ephemeral() as fresh:
+        lost = sensor(dg.build_sensor_context(instance=fresh, definitions=defs))
+        assert not lost.run_requests
+        assert lost.cursor  # it moves past the checkpoint, as after a run
