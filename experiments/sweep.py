@@ -236,15 +236,7 @@ def run_trials(
     state = sweep_dir / TUNE_DIR
     sweep_dir.mkdir(parents=True, exist_ok=True)
     with _only_process(sweep_dir, setup.sweep_id):
-        if resume and not state.is_dir():
-            raise InputError(f"sweep {setup.sweep_id} has no saved state at {state}: nothing to resume (drop --resume)")
-        if not resume and state.is_dir():
-            raise InputError(
-                f"sweep {setup.sweep_id} was started before ({state}): --resume continues it; to run it again "
-                f"from scratch, change the spec's `name` (its rows stay under this id)"
-            )
-        if not resume:
-            _refuse_earlier_rows(setup)
+        _refuse_a_wrong_start(setup, state, resume)
         with sweep_run(setup) as tracking:
             tracked = dataclasses.replace(setup, mlflow=tracking)
             outcome = _fit(tracked, param_space, schedule, resume, address, num_cpus, trainable)
@@ -252,15 +244,25 @@ def run_trials(
     return outcome
 
 
-def _refuse_earlier_rows(setup: TrialSetup) -> None:
-    """A fresh start under an id whose rows outlived its saved state (its folder removed) would
-    mix two runs' rows under one id: every count, report and decision read from them."""
+def _refuse_a_wrong_start(setup: TrialSetup, state: Path, resume: bool) -> None:
+    """--resume needs Tune's saved state; a fresh start needs neither that state nor rows under
+    the sweep's id. Rows that outlived their state (the folder removed) would mix two runs' rows
+    under one id: every count, report and decision read from them."""
     from lakehouse.catalog import load_catalog
 
+    if resume:
+        if not state.is_dir():
+            raise InputError(f"sweep {setup.sweep_id} has no saved state at {state}: nothing to resume (drop --resume)")
+        return
+    if state.is_dir():
+        raise InputError(
+            f"sweep {setup.sweep_id} was started before ({state}): --resume continues it; to run it again "
+            f"from scratch, change the spec's `name` (its rows stay under this id)"
+        )
     if earlier := read_trials(load_catalog(setup.catalog_name), setup.sweep_id):
         raise InputError(
             f"sweep {setup.sweep_id} has {len(earlier)} trial row(s) in experiments.trials from an earlier run "
-            f"whose saved state is gone ({Path(setup.sweep_dir) / TUNE_DIR}): it can be neither resumed nor "
+            f"whose saved state is gone ({state}): it can be neither resumed nor "
             f"started again under this id; change the spec's `name` to run it afresh"
         )
 

@@ -11,6 +11,7 @@ read with ``weights_only=True`` by DCP itself.
 
 from __future__ import annotations
 
+import enum
 import io
 import pickle
 import re
@@ -51,7 +52,24 @@ class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _ALLOWED or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
             return super().find_class(module, name)
+        if (module, name) == ("builtins", "getattr"):
+            return _enum_member
         raise pickle.UnpicklingError(f"{module}.{name} is not part of a checkpoint's metadata")
+
+
+def _enum_member(owner: Any, name: str) -> enum.Enum:
+    """What ``getattr`` may build here: a member of an allowed enum, by its name.
+
+    Some Python 3.11 releases (Debian's 3.11.2 among them) pickle an enum member as
+    ``getattr(EnumClass, "NAME")`` where later ones pickle ``EnumClass(value)``; DCP's index holds
+    one (``_MEM_FORMAT_ENCODING``). A general ``getattr`` would reach any attribute of any object
+    the file builds (a bound method, then called), so only this is served under its name.
+    """
+    if isinstance(owner, type) and issubclass(owner, enum.Enum) and name in owner.__members__:
+        return owner[name]
+    raise pickle.UnpicklingError(
+        f"builtins.getattr of {type(owner).__name__}.{name} is not part of a checkpoint's metadata"
+    )
 
 
 class SafeFileSystemReader(FileSystemReader):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import enum
 import io
 import json
 import os
+import pathlib
 import pickle
 
 import pytest
@@ -131,6 +133,53 @@ def test_a_crafted_optimizer_value_is_refused_without_running_it(tmp_path):
 
     with pytest.raises(
         CheckpointError, match=r"'optim\.param_groups\.0\.lr' is not plain data \(Unsupported global: GLOBAL io\.open"
+    ):
+        checkpoint.load(path, *setup(1), WORLD)
+    assert not marker.exists()
+
+
+class _ByName(pickle.Pickler):
+    """Pickles enum members as ``getattr(EnumClass, "NAME")``, as Debian's Python 3.11.2 does."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, enum.Enum):
+            return getattr, (type(obj), obj.name)
+        return NotImplemented
+
+
+def test_a_checkpoint_whose_index_holds_enum_members_by_name_loads(tmp_path):
+    model, optimizer, scheduler = setup(0)
+    one_step(model, optimizer, scheduler)
+    path = checkpoint.save(tmp_path, 1, model, optimizer, scheduler, {"batch": 1}, {}, WORLD, keep=3)
+    metadata = pickle.loads((path / ".metadata").read_bytes())
+    written = io.BytesIO()
+    _ByName(written).dump(metadata)
+    assert b"getattr" in written.getvalue()
+    (path / ".metadata").write_bytes(written.getvalue())
+
+    other, other_opt, other_sched = setup(1)
+    assert checkpoint.load(path, other, other_opt, other_sched, WORLD).step == 1
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), other.parameters(), strict=True))
+
+
+class _TouchesMarker:
+    """Unpickling this calls a bound method, which pickle writes as ``getattr(obj, name)``."""
+
+    def __init__(self, marker) -> None:
+        self.marker = pathlib.Path(marker)
+
+    def __reduce__(self):
+        return (self.marker.touch, ())
+
+
+def test_getattr_in_a_metadata_file_reaches_only_enum_members(tmp_path):
+    model, optimizer, scheduler = setup(0)
+    path = checkpoint.save(tmp_path, 1, model, optimizer, scheduler, {}, {}, WORLD, keep=3)
+    marker = tmp_path / "ran"
+    (path / ".metadata").write_bytes(pickle.dumps(_TouchesMarker(marker)))
+
+    with pytest.raises(
+        CheckpointError, match=r"getattr of PosixPath\.touch is not part of.*refused without running it"
     ):
         checkpoint.load(path, *setup(1), WORLD)
     assert not marker.exists()
