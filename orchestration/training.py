@@ -142,6 +142,10 @@ def run_asset(definition: FactoryDefinition, run: Run) -> dg.AssetsDefinition:
             run_dir.mkdir(parents=True, exist_ok=True)
             write_atomically(run_dir / "factory.json", json.dumps(record, indent=2) + "\n")
             write_current(run_folder(definition, run.name), record)
+            finished = _finished_at(run_dir)
+            if finished is not None:
+                context.log.info("run %s finished at step %d in %s: nothing to train", run.name, finished, run_dir)
+                return dg.MaterializeResult(metadata={"run_dir": str(run_dir), "overrides": ", ".join(overrides)})
             argv = ["train", "--config", run.config, "--nproc", str(run.nproc), "--resume"]
             for override in [
                 f"data.manifest={toml_literal(mixture['manifest'])}",
@@ -154,6 +158,20 @@ def run_asset(definition: FactoryDefinition, run: Run) -> dg.AssetsDefinition:
         return dg.MaterializeResult(metadata={"run_dir": str(run_dir), "overrides": ", ".join(overrides)})
 
     return train
+
+
+def _finished_at(run_dir: Path) -> int | None:
+    """The final step of a run whose newest complete checkpoint is its last step's (the trainer
+    always saves that one), else None. A folder's name fixes its config, so its step count: a
+    finished run is not started again only to find nothing to do (torchrun, the model, the
+    loader, an MLflow run)."""
+    from trainer.checkpoint import latest_checkpoint
+
+    latest = latest_checkpoint(run_dir)
+    try:
+        return latest[0] if latest is not None and latest[0] == _final_step(latest[1]) else None
+    except (OSError, ValueError):  # an unreadable lineage: `factory train --resume` says what is wrong
+        return None
 
 
 def _run_name(run: Run, fingerprint: str, overrides: list[str]) -> str:

@@ -230,6 +230,9 @@ def test_the_first_run_promotes_searches_trains_and_evaluates_then_running_again
     materialise(definition)  # nothing new: every step finds its inputs taken in
     assert snapshots(catalog) == before
     assert read_current(run_folder(definition, "small")) == in_factory.first
+    # The finished run was not started again: a resumed trainer logs a second "start".
+    metrics = (Path(in_factory.first["run_dir"]) / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["resumed"] for line in metrics if json.loads(line)["kind"] == "start"] == [False]
 
 
 def noisy(catalog, table: str) -> None:
