@@ -27,6 +27,7 @@ from lakehouse.errors import InputError
 from rl.sandbox import Checkout
 
 STDLIB = "stdlib"
+STDLIB_SUITE_MODULES = 10  # fewer test modules than this under the stdlib's test/: its suite is not installed
 TEST_FOLDERS = {"test", "tests"}
 _SKIPPED_FOLDERS = {"__pycache__", "site-packages", "dist-packages"}
 _NAME = re.compile(r"[^a-z0-9_\-]")
@@ -125,16 +126,9 @@ def _layout(python: str) -> dict[str, str]:
 def _installed(python: str, layout: dict[str, str], wanted: set[str]) -> list[Repository]:
     """The interpreter's repositories (those named in ``wanted``, when it names any)."""
     repos = []
-    stdlib = layout["stdlib"]
-    tests = Path(stdlib) / "test"
-    if tests.is_dir() and (not wanted or STDLIB in wanted):
-        modules = sorted(
-            f"test.{p.stem if p.suffix == '.py' else p.name}"
-            for p in tests.iterdir()
-            if p.name.startswith("test_") and (p.suffix == ".py" or (p / "__init__.py").is_file())
-        )
-        checkout = Checkout(layout["base"], stdlib, stdlib, "unittest")
-        repos.append(Repository(STDLIB, checkout, tuple(modules), exclude=("site-packages/*", "dist-packages/*")))
+    if not wanted or STDLIB in wanted:
+        stdlib = stdlib_repository(python, layout["stdlib"], layout["base"], required=STDLIB in wanted)
+        repos += [] if stdlib is None else [stdlib]
     for folder in sorted({layout["purelib"], layout["platlib"]}):
         if not os.path.isdir(folder):
             continue
@@ -146,6 +140,28 @@ def _installed(python: str, layout: dict[str, str], wanted: set[str]) -> list[Re
                 if repo is not None and repo.name not in {r.name for r in repos}:
                     repos.append(repo)
     return repos
+
+
+def stdlib_repository(python: str, stdlib: str, base: str, required: bool) -> Repository | None:
+    """The standard library as a repository, if its test suite is installed; when it is not,
+    ``InputError`` if ``required`` (the user named it), else None."""
+    tests = Path(stdlib) / "test"
+    modules = sorted(
+        f"test.{p.stem if p.suffix == '.py' else p.name}"
+        for p in (tests.iterdir() if tests.is_dir() else ())
+        if p.name.startswith("test_") and (p.suffix == ".py" or (p / "__init__.py").is_file())
+    )
+    # CPython installs some 400 test modules. Debian and Ubuntu ship them apart and leave a stub
+    # (``test/support`` and ``test_support.py``): tasks built from that would be a handful at best.
+    if len(modules) < STDLIB_SUITE_MODULES:
+        if required:
+            raise InputError(
+                f"the standard library of {python} has no test suite under {tests} ({len(modules)} test "
+                f"module(s)); Debian and Ubuntu ship it apart: apt-get install lib{Path(stdlib).name}-testsuite"
+            )
+        return None
+    checkout = Checkout(base, stdlib, stdlib, "unittest")
+    return Repository(STDLIB, checkout, tuple(modules), exclude=("site-packages/*", "dist-packages/*"))
 
 
 def _package(python: str, folder: Path) -> Repository | None:

@@ -286,7 +286,9 @@ def test_real_source_files_cluster_as_brute_force_says(spark, catalog):
     truth = exact_clusters([text_of[d] for d in ids], cfg.shingles, cfg.minhash.threshold)
     found = agreement(np.array([clusters[d] for d in ids]), truth)
     print(f"{len(ids)} real source files: {found}")
-    assert len(ids) >= 2000 and found.true_pairs >= 300
+    # Debian's Python ships the standard library's tests apart (libpython3.X-testsuite): without
+    # them its sample is about 600 files, and the corpus 1,976 files with 931 true pairs.
+    assert len(ids) >= 1500 and found.true_pairs >= 300
     assert found.precision >= 0.99 and found.f1 >= 0.95
 
 

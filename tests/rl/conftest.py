@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,14 @@ from tests.conftest import REPO, run_factory
 from tests.evals.conftest import build_corpus_and_config
 
 STEPS = 4
+
+# The standard library's own tests, which the stdlib tasks run: Debian and Ubuntu ship them apart
+# (libpython3.X-testsuite), and .ci/run installs that package where it is missing.
+_STDLIB = Path(sysconfig.get_path("stdlib"))
+needs_stdlib_tests = pytest.mark.skipif(
+    not (_STDLIB / "test" / "test_colorsys.py").is_file(),
+    reason=f"{_STDLIB}/test holds no test suite: apt-get install lib{_STDLIB.name}-testsuite",
+)
 
 
 @dataclass(frozen=True)

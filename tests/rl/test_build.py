@@ -9,10 +9,13 @@ import pytest
 from factory_cli.rl_build import format_result
 from lakehouse.catalog import load_table
 from lakehouse.commit import snapshot_stats
+from lakehouse.errors import InputError
 from rl.build import BuildOptions, build
+from rl.repositories import STDLIB_SUITE_MODULES, stdlib_repository
 from rl.rollouts import score
 from rl.tasks import read_tasks
 from tests.conftest import run_factory
+from tests.rl.conftest import needs_stdlib_tests
 from tests.rl.toy_repo import remove_toy_repository, write_toy_repository
 
 
@@ -28,6 +31,7 @@ def _toy_options(toy, **changes) -> BuildOptions:
 
 
 @pytest.mark.slow
+@needs_stdlib_tests
 def test_a_small_build_from_the_standard_library_and_a_package(spark, catalog, toy):
     opts = BuildOptions(
         repositories=("stdlib",),
@@ -92,3 +96,17 @@ def test_the_command_refuses_bad_options_before_starting_spark(factory_home, toy
     assert done.returncode == 2 and "--max-functions must be at least 1" in done.stderr
     done = run_factory("rl", "build", "--path", str(toy.parent))
     assert done.returncode == 2 and "is not a package folder with tests" in done.stderr
+
+
+def test_a_standard_library_without_its_test_suite_is_refused_when_named_and_left_out_otherwise(tmp_path):
+    stdlib = tmp_path / "python3.11"
+    (stdlib / "test" / "support").mkdir(parents=True)
+    (stdlib / "test" / "test_support.py").write_text("")  # what Debian leaves without libpython3.11-testsuite
+    with pytest.raises(InputError, match=r"no test suite .*apt-get install libpython3\.11-testsuite"):
+        stdlib_repository("/usr/bin/python3.11", str(stdlib), "/usr/bin/python3.11", required=True)
+    assert stdlib_repository("/usr/bin/python3.11", str(stdlib), "/usr/bin/python3.11", required=False) is None
+
+    for n in range(STDLIB_SUITE_MODULES):
+        (stdlib / "test" / f"test_m{n}.py").write_text("")
+    found = stdlib_repository("/usr/bin/python3.11", str(stdlib), "/usr/bin/python3.11", required=True)
+    assert found is not None and "test.test_m0" in found.test_modules

@@ -19,6 +19,7 @@ from rl.sandbox import Checkout
 from tests.conftest import REPO
 from tests.evals.test_sandbox import HOSTILE
 from tests.processes import descendants_running, subreaper
+from tests.rl.conftest import needs_stdlib_tests
 from tests.rl.toy_repo import remove_toy_repository, task_of, toy_task, tree_digest, write_toy_repository
 
 CLAMP_TESTS = ["test_clamp_low", "test_clamp_high"]
@@ -61,6 +62,7 @@ def test_the_original_body_scores_1_a_raising_body_0_and_a_partial_one_its_share
     assert results[4].duration_s == 0  # nothing ran
 
 
+@needs_stdlib_tests
 def test_a_stdlib_task_runs_under_unittest_with_the_interpreters_own_library():
     stdlib = sysconfig.get_path("stdlib")
     checkout = Checkout(sys._base_executable, stdlib, stdlib, "unittest")
