@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 
 import pytest
 
@@ -46,11 +48,17 @@ def test_a_small_build_from_the_standard_library_and_a_package(spark, catalog, t
     # stamp's test depends on the file's mtime, which a rollout's copy does not keep.
     assert {q for r, q in by_name if r == "toy"} == {"add", "clamp"}
     stats = result.stats
-    assert stats["dropped.raise-body-passes"] == 1 and stats["dropped.empty-body-passes"] == 1
-    assert stats["dropped.original-fails"] == 1
+    assert stats["dropped.empty-body-passes"] == 1 and stats["dropped.original-fails"] == 1
+    # The toy's helper; and where the interpreter imports fewer modules before the tests (Debian's
+    # Python does not import threading at start-up), the functions of those test.support imports
+    # are traced too, and dropped here: their tests pass whatever they do (18 of them there).
+    at_start = [sys._base_executable, "-I", "-c", "import sys; print('threading' in sys.modules)"]
+    threading_at_start = subprocess.run(at_start, capture_output=True, text=True).stdout.strip() == "True"
+    raise_body_passes = stats["dropped.raise-body-passes"]
+    assert raise_body_passes == 1 if threading_at_start else raise_body_passes > 1
     assert stats["tests-failed"] == 1  # the skipped test
     assert {q for r, q in by_name if r == "stdlib"} >= {"rgb_to_yiq", "yiq_to_rgb", "rgb_to_hsv", "hsv_to_rgb"}
-    assert stats["tasks"] == len(tasks) and stats["candidates"] == len(tasks) + 3
+    assert stats["tasks"] == len(tasks) and stats["candidates"] == len(tasks) + 2 + raise_body_passes
     assert snapshot_stats(load_table(catalog, ("rl", "tasks")).current_snapshot()) == stats
     add = by_name[("toy", "add")]
     assert set(add.tests) == {
