@@ -67,9 +67,8 @@ def _enum_member(owner: Any, name: str) -> enum.Enum:
     """
     if isinstance(owner, type) and issubclass(owner, enum.Enum) and name in owner.__members__:
         return owner[name]
-    raise pickle.UnpicklingError(
-        f"builtins.getattr of {type(owner).__name__}.{name} is not part of a checkpoint's metadata"
-    )
+    owner_name = owner.__name__ if isinstance(owner, type) else type(owner).__name__
+    raise pickle.UnpicklingError(f"builtins.getattr of {owner_name}.{name} is not part of a checkpoint's metadata")
 
 
 class SafeFileSystemReader(FileSystemReader):
