@@ -10,7 +10,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import ancestors_of
 
 from lakehouse.catalog import load_catalog
-from lakehouse.commit import find_run_snapshot, summary_properties
+from lakehouse.commit import find_run_snapshot, run_ids, summary_properties
 from lakehouse.refs import parse_identifier
 
 PRODUCTION = "production"  # the tag on a source's final table that training reads
@@ -49,12 +49,7 @@ def committed(cat: Catalog, table: str, run_id: str) -> bool:
 def committed_runs(cat: Catalog, table: str) -> set[str]:
     """The run id of every snapshot in ``table``'s main: one walk for many ``committed`` checks."""
     loaded = table_or_none(cat, table)
-    if loaded is None or loaded.current_snapshot() is None:
-        return set()
-    found = (
-        summary_properties(s).get("factory.run-id") for s in ancestors_of(loaded.current_snapshot(), loaded.metadata)
-    )
-    return {run_id for run_id in found if run_id}
+    return set() if loaded is None else run_ids(loaded)
 
 
 def refined_inputs(cat: Catalog, table: str) -> set[tuple[str, int]]:
