@@ -288,12 +288,19 @@ def _candidates(
     by_name = {r.name: r for r in repos}
     tests_of: dict[tuple[str, str, int, str], set[str]] = defaultdict(set)
     runtime: dict[str, set[str]] = defaultdict(set)
+    elsewhere: set[tuple[str, str, int, str]] = set()  # called only by tests of another module
     for unit in traced:
+        repo = by_name[unit.repository]
         runtime[unit.repository].update(unit.runtime_files)
         for test, calls in unit.passed.items():
             for path, line, qualname in calls:
-                tests_of[(unit.repository, path, line, qualname)].add(test)
-    skipped: Counter[str] = Counter()
+                key = (unit.repository, path, line, qualname)
+                if repo.tests_path(unit.module, path):
+                    tests_of[key].add(test)
+                else:
+                    elsewhere.add(key)
+    elsewhere -= tests_of.keys()
+    skipped: Counter[str] = Counter({"not-the-subject": len(elsewhere)} if elsewhere else {})
     made: dict[str, list[Task]] = defaultdict(list)
     sources: dict[tuple[str, str], tuple[str, dict] | None] = {}
     keys = sorted(tests_of, key=lambda k: hashlib.sha256(repr(k).encode()).hexdigest())
@@ -325,7 +332,7 @@ def _candidates(
         **{f"test-modules.{status}": n for status, n in sorted(Counter(u.status for u in traced).items())},
         "tests-passed": sum(len(u.passed) for u in traced),
         "tests-failed": sum(u.failed for u in traced),
-        "functions-exercised": len(tests_of),
+        "functions-exercised": len(tests_of) + len(elsewhere),
         **{f"skipped.{reason}": n for reason, n in sorted(skipped.items())},
     }
     candidates = sorted((t for tasks in made.values() for t in tasks), key=lambda t: t.task_id)

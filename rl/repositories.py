@@ -20,7 +20,7 @@ import os
 import re
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lakehouse.errors import InputError
@@ -39,6 +39,7 @@ class Repository:
     checkout: Checkout
     test_modules: tuple[str, ...]  # pytest: file paths from the import root; unittest: module names
     exclude: tuple[str, ...] = ()  # globs (from repo_root) of folders that are not the repository's
+    subjects_by_name: bool = False  # a test module ``test.test_X`` tests module X only (the stdlib's convention)
 
     @property
     def files_base(self) -> str:
@@ -56,6 +57,17 @@ class Repository:
         if any(fnmatch.fnmatchcase(inner, pattern) for pattern in self.exclude) or is_test_file(inner):
             return None
         return os.path.relpath(filename, self.files_base)
+
+    def tests_path(self, test_module: str, path: str) -> bool:
+        """Whether the file ``path`` (as a task names it) is what ``test_module`` tests. CPython names
+        it: ``test.test_json`` tests the ``json`` package and ``test.test_colorsys`` the ``colorsys``
+        module; what they reach through ``test.support`` (``threading``, ``warnings``) they only use.
+        A package's tests may test any of its source."""
+        if not self.subjects_by_name:
+            return True
+        subject = test_module.split(".")[1].removeprefix("test_")
+        inner = path.split("/", 1)[-1]
+        return inner == f"{subject}.py" or inner.startswith(f"{subject}/")
 
 
 def is_test_file(inner: str) -> bool:
@@ -99,7 +111,7 @@ def find_repositories(
         modules = [m for m in repo.test_modules if _included(m, include_tests)]
         modules = sorted(modules, key=lambda m: hashlib.sha256(m.encode()).hexdigest())[:max_test_modules]
         if modules:
-            chosen.append(Repository(repo.name, repo.checkout, tuple(sorted(modules)), repo.exclude))
+            chosen.append(replace(repo, test_modules=tuple(sorted(modules))))
     if not chosen:
         raise InputError("no test modules left to build from: check --repository, --path and --tests")
     return chosen
@@ -161,7 +173,8 @@ def stdlib_repository(python: str, stdlib: str, base: str, required: bool) -> Re
             )
         return None
     checkout = Checkout(base, stdlib, stdlib, "unittest")
-    return Repository(STDLIB, checkout, tuple(modules), exclude=("site-packages/*", "dist-packages/*"))
+    exclude = ("site-packages/*", "dist-packages/*")
+    return Repository(STDLIB, checkout, tuple(modules), exclude, subjects_by_name=True)
 
 
 def _package(python: str, folder: Path) -> Repository | None:
