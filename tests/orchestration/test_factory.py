@@ -102,7 +102,7 @@ class Daemon:
     """`dagster-daemon run -m orchestration.definitions` in a session of its own."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.log = log
+        self.env, self.log = env, log
         with log.open("a") as out:
             out.write(f"\n==== daemon started at {time.strftime('%X')} ====\n")
         self.proc = subprocess.Popen(
@@ -149,7 +149,26 @@ def wait_for(what: str, check: Callable[[], object], daemon: Daemon, timeout: fl
         if daemon.proc.poll() is not None:
             pytest.fail(f"the daemon exited ({daemon.proc.returncode}) while waiting for {what}:\n{daemon.tail()}")
         time.sleep(2)
-    pytest.fail(f"no {what} after {timeout:.0f} s; the daemon's log ends:\n{daemon.tail()}")
+    runs = dagster_runs(Path(daemon.env["DAGSTER_HOME"]))
+    pytest.fail(f"no {what} after {timeout:.0f} s; Dagster's runs:\n{runs}\nthe daemon's log ends:\n{daemon.tail()}")
+
+
+def dagster_runs(home: Path, newest: int = 8) -> str:
+    """The newest runs of the instance in ``home``: status, retry tags, and what their event logs say
+    of retries (run retries are Dagster's daemon's work, which the daemon's own log barely shows)."""
+    from dagster import DagsterInstance
+
+    lines = []
+    with DagsterInstance.from_config(str(home)) as instance:
+        for run in instance.get_runs(limit=newest):
+            tags = {k: v for k, v in run.tags.items() if "retry" in k or "failure" in k}
+            lines.append(f"{run.run_id[:8]} {run.job_name} {run.status.value} {tags}")
+            for entry in instance.all_logs(run.run_id):
+                if "etry" in (entry.message or "") or "Marking run" in (entry.message or ""):
+                    lines.append(f"    {entry.message[:300]}")
+                    error = getattr(entry.dagster_event and entry.dagster_event.event_specific_data, "error", None)
+                    lines += [f"    {error.to_string()[-1500:]}"] if error is not None else []
+    return "\n".join(lines)
 
 
 @dataclass
