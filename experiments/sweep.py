@@ -127,9 +127,6 @@ def _checked_config(config: str, overrides: list[str], nproc: int, label: str = 
         if not label:
             raise
         raise ConfigError(f"{label}: {exc}") from None
-    except TypeError as exc:  # the trainer compares a value without checking its type first
-        where = label or "the training config with set"
-        raise ConfigError(f"{where}: a value of the wrong type for its key ({exc})") from None
     return cfg
 
 

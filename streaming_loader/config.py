@@ -15,6 +15,11 @@ PACKINGS = ("concat", "pad")
 DEFAULT_MAX_SHARDS = 16
 
 
+def default_shards(global_batch_size: int) -> int:
+    """The number of logical shards a stream has when ``num_shards`` is not given."""
+    return max(d for d in range(1, min(DEFAULT_MAX_SHARDS, global_batch_size) + 1) if global_batch_size % d == 0)
+
+
 @dataclass(frozen=True)
 class LoaderConfig:
     seq_len: int
@@ -105,9 +110,7 @@ class LoaderConfig:
             if isinstance(self.num_shards, bool) or not isinstance(self.num_shards, int) or self.num_shards < 1:
                 raise LoaderConfigError(f"num_shards must be a positive integer, got {self.num_shards!r}")
             return self.num_shards
-        return max(
-            d for d in range(1, min(DEFAULT_MAX_SHARDS, self.global_batch_size) + 1) if self.global_batch_size % d == 0
-        )
+        return default_shards(self.global_batch_size)
 
     @property
     def rank_shards(self) -> range:

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from lakehouse.config_keys import refuse_unknown_keys
+from lakehouse.config_keys import refuse_unknown_keys, refuse_wrong_types
 from lakehouse.errors import ConfigError
 from lakehouse.redact import redact
+from streaming_loader.config import default_shards
 from trainer.components.feedforward import FEED_FORWARDS, HIDDEN_PER_DIM
 from trainer.components.norms import NORMS
 from trainer.components.positions import POSITIONS
@@ -36,7 +37,9 @@ def _check(ok: bool, message: str) -> None:
 
 @dataclass
 class ModelConfig:
-    preset: str = "tiny"  # tiny (~0.4M params, CPU tests) · small (~20M) · 1b (GPU); fields below override
+    preset: str = (
+        "tiny"  # tiny (~1.2M params with an 8k vocabulary, CPU tests) · small (~20M) · 1b (GPU); fields below override
+    )
     dim: int = 0  # model width; 0 takes the preset's
     n_layers: int = 0  # transformer blocks
     n_heads: int = 0  # attention heads
@@ -71,6 +74,9 @@ class ModelConfig:
             (self.dim // self.n_heads) % 2 == 0, "model head size (dim / n_heads) must be even for rotary embeddings"
         )
         _check(self.kv_heads > 0 and self.n_heads % self.kv_heads == 0, "model.n_heads must divide by n_kv_heads")
+        for key in ("hidden_dim", "vocab_size", "max_seq_len", "n_kv_heads"):
+            _check(getattr(self, key) >= 0, f"model.{key} must be >= 0 (0: {key}'s default), got {getattr(self, key)}")
+        _check(self.norm_eps > 0 and self.rope_theta > 0, "model.norm_eps and model.rope_theta must be > 0")
         self._check_components()
         if not self.hidden_dim:
             self.hidden_dim = 64 * -(-int(HIDDEN_PER_DIM[self.feed_forward] * self.dim) // 64)
@@ -154,7 +160,7 @@ class OptimConfig:
 @dataclass
 class EvalConfig:
     every: int = 0  # evaluate held-out loss every N steps (and at the last step); 0 = never
-    batches: int = 2  # global batches of held-out data per component per evaluation
+    batches: int = 2  # global batches of held-out data per evaluation (each mixes the components by weight)
     manifest: str = ""  # manifest whose held-out split is evaluated; "" = data.manifest. Runs on other
     # mixtures of the same snapshots (sweeps) name one here so all evaluate the same held-out batches.
 
@@ -218,6 +224,15 @@ class Config:
             not micro or (gbs // world) % micro == 0,
             f"each rank's {gbs // world} sequences must divide by train.micro_batch_size {micro}",
         )
+        # The loader's own rules on shards, here so that a bad world is refused before torchrun starts.
+        shards = self.data.num_shards or default_shards(gbs)
+        named = "data.num_shards" if self.data.num_shards else "the default data.num_shards (from the global batch)"
+        _check(gbs % shards == 0, f"data.num_shards {shards} must divide data.global_batch_size {gbs}")
+        _check(
+            shards % world == 0,
+            f"the number of ranks {world} must divide {named}, {shards}: set data.num_shards to a multiple of "
+            f"{world} that divides {gbs}, and keep it for the whole run (it is part of the stream's definition)",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -280,5 +295,6 @@ def load_sections(
         _check(cls is not None, f"unknown config section [{section}]; known: {', '.join(types)}")
         known = {f.name for f in dataclasses.fields(cls)}
         refuse_unknown_keys(values, known, f"[{section}]")
+        refuse_wrong_types(values, cls, section)
         sections[section] = cls(**{**(defaults or {}).get(section, {}), **values})
     return sections

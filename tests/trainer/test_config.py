@@ -34,6 +34,15 @@ def test_presets_fill_model_dimensions_and_fields_override():
         ("train.colour='red'", "unknown key"),
         ("nosuch.key=1", "unknown config section"),
         ("model.max_seq_len=16", "seq_len must be <="),
+        # A value of the wrong type is named, not guessed at ("yes" would have turned compile on).
+        ("train.compile='yes'", "train.compile must be true or false, got 'yes'"),
+        ("train.steps=abc", "train.steps must be an integer, got 'abc'"),
+        ("data.seq_len=1.5", "data.seq_len must be an integer"),
+        ("optim.weight_decay='0.1'", "optim.weight_decay must be a number"),
+        ("eval.manifest=5", "eval.manifest must be a string"),
+        ("optim.betas=[0.9, true]", "optim.betas must be a list of 2 values"),
+        ("model.vocab_size=-5", "model.vocab_size must be >= 0"),
+        ("model.rope_theta=-1.0", "rope_theta must be > 0"),
     ],
 )
 def test_bad_values_are_refused_early(override, message):
@@ -47,6 +56,16 @@ def test_world_size_must_divide_the_batch():
         cfg.check_world(3)
     with pytest.raises(ConfigError, match="micro_batch_size"):
         cfg.check_world(2)
+
+
+def test_a_world_the_stream_cannot_be_dealt_to_is_refused_before_any_rank_starts():
+    # 256 sequences: 16 shards by default, which 32 ranks cannot share; 64 shards they can.
+    wide = {"data": {**BASE["data"], "global_batch_size": 256}}
+    with pytest.raises(ConfigError, match=r"ranks 32 must divide the default data\.num_shards .*, 16"):
+        load_config(None, raw=wide).check_world(32)
+    load_config(None, ["data.num_shards=64"], raw=wide).check_world(32)
+    with pytest.raises(ConfigError, match=r"data\.num_shards 3 must divide data\.global_batch_size 8"):
+        load_config(None, ["data.num_shards=3"], raw=BASE).check_world(1)
 
 
 def test_missing_data_section_and_file(tmp_path):
