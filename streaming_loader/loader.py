@@ -201,7 +201,7 @@ class StreamingLoader:
         c = self.config
         return {
             "manifest": self.manifest.fingerprint,
-            "tokenizer": "sha256:" + self.tokenizer.sha256,
+            "tokenizer": self.tokenizer.identity,
             "seq_len": c.seq_len,
             "global_batch_size": c.global_batch_size,
             "num_shards": c.shards,

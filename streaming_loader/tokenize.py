@@ -41,9 +41,17 @@ class TokenizerSpec:
     eod_token: str
     vocab_size: int
     metadata: dict[str, Any] = field(default_factory=dict, compare=False)
+    own_eod_token: str | None = None  # the one the file records or a well-known one (None: neither is in it)
 
     def load(self):
         return _tokenizer(self.sha256, self.text)
+
+    @property
+    def identity(self) -> str:
+        """What a stream's definition records of its tokenizer: the file's hash, and the separator
+        when it is not the file's own end-of-document token (``eod_token=`` named another)."""
+        named = "" if self.eod_token == self.own_eod_token else f" eod={self.eod_token}"
+        return f"sha256:{self.sha256}{named}"
 
 
 def load_tokenizer_spec(path: str | Path, eod_token: str | None = None) -> TokenizerSpec:
@@ -64,11 +72,13 @@ def load_tokenizer_spec(path: str | Path, eod_token: str | None = None) -> Token
     except Exception as exc:  # tokenizers raises a bare Exception for a file it cannot parse
         raise TokenizerError(f"{path} is not a tokenizer.json that HF tokenizers can load: {exc}") from exc
     metadata = (document.get("model") or {}).get(METADATA_KEY) or {}
-    candidates = [eod_token] if eod_token else [metadata.get("eod_token"), *KNOWN_EOD_TOKENS]
+    own = [metadata.get("eod_token"), *KNOWN_EOD_TOKENS]
+    own_token = next((c for c in own if c and tokenizer.token_to_id(c) is not None), None)
+    candidates = [eod_token] if eod_token else own
     for candidate in filter(None, candidates):
         token_id = tokenizer.token_to_id(candidate)
         if token_id is not None:
-            return TokenizerSpec(text, sha, token_id, candidate, tokenizer.get_vocab_size(), metadata)
+            return TokenizerSpec(text, sha, token_id, candidate, tokenizer.get_vocab_size(), metadata, own_token)
     tried = ", ".join(c for c in candidates if c)
     raise TokenizerError(
         f"{path} has no end-of-document token ({tried} not in its vocabulary); name one with eod_token="

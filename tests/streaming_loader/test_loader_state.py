@@ -7,6 +7,7 @@ naming what is wrong, before anything is read.
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
@@ -14,6 +15,7 @@ from lakehouse.errors import LoaderStateError
 from streaming_loader import StreamingLoader
 from streaming_loader.mix import QUANTUM
 from streaming_loader.state import STREAM_KEYS
+from streaming_loader.tokenizer_train import EOD_TOKEN, PAD_TOKEN
 from tests.streaming_loader.conftest import SMALL
 from tests.streaming_loader.test_loader import loader, take
 
@@ -29,8 +31,8 @@ def saved(mixture) -> dict:
     return state
 
 
-def _refused(mixture, state, message: str, manifest=None) -> None:
-    with loader(mixture, manifest) as target, pytest.raises(LoaderStateError, match=message):
+def _refused(mixture, state, message: str, manifest=None, **options) -> None:
+    with loader(mixture, manifest, **options) as target, pytest.raises(LoaderStateError, match=message):
         target.load_state_dict(state)
 
 
@@ -61,6 +63,15 @@ CHANGED = {
 def test_a_state_of_another_stream_is_refused_naming_what_differs(mixture, saved, key):
     state = {**saved, key: CHANGED[key]}
     _refused(mixture, state, rf"belongs to another stream: its {key} is {CHANGED[key]!r}")
+
+
+def test_a_state_resumes_only_with_the_separator_it_was_saved_with(mixture, saved):
+    # The separator is the tokenizer's own end-of-document token unless eod_token= names another:
+    # another separator is another stream, though the tokenizer file is the same.
+    message = rf"its tokenizer is 'sha256:\w+', this loader's is 'sha256:\w+ eod={re.escape(PAD_TOKEN)}'"
+    _refused(mixture, saved, message, eod_token=PAD_TOKEN)
+    with loader(mixture, eod_token=EOD_TOKEN) as same:  # named, but the file's own: the same stream
+        same.load_state_dict(saved)
 
 
 def test_a_state_from_another_manifest_is_refused(mixture, saved):
