@@ -134,7 +134,8 @@ def _search(data: Any, key: str, components: tuple[str, ...], base: Path) -> dic
     require(isinstance(data, Mapping), key, "a table of factory mix search's spec keys (config, trials, …)")
     refuse_unknown_keys(data, SEARCH_KEYS, key)
     check("config" in data, f"{key}.config: give the proxies' training config")
-    spec = {**data, "config": config_path(data["config"], f"{key}.config", base)}
+    overrides = strings(data.get("set", []), f"{key}.set")
+    spec = {**data, "config": config_path(data["config"], f"{key}.config", base, overrides)}
     unknown = sorted(set(spec.get("target", {})) - set(components))
     check(not unknown, f"{key}.target: unknown component(s) {', '.join(unknown)}; components: {', '.join(components)}")
     try:
@@ -209,6 +210,8 @@ def _check_experiment_spec(kind: str, name: str, spec: Mapping[str, Any], run: R
         (check_spec if kind == "ablation" else sweep_spec_from_dict)(full)
     except FactoryError as exc:
         raise ConfigError(f"{key}: {exc}") from None
+    # Its trials train the run's config with the run's overrides and then its own (checked as strings above).
+    config_path(run.config, f"{key}.set", Path("/"), (*run.set, *spec.get("set", ())))
 
 
 def _policies(data: Any, sources: Mapping[str, Source], base: Path) -> Policies:
@@ -228,6 +231,8 @@ def _switch(data: Any, key: str) -> bool:
 
 
 def _gate(data: Any, sources: Mapping[str, Source], base: Path) -> Gate:
+    from experiments.sweep_spec import check_weights, trial_resources
+
     key = "policies.refinement_gate"
     require(isinstance(data, Mapping), key, "a table")
     refuse_unknown_keys(data, GATE_KEYS, key)
@@ -247,6 +252,9 @@ def _gate(data: Any, sources: Mapping[str, Source], base: Path) -> Gate:
     resources = data.get("resources", {})
     require(isinstance(resources, Mapping), f"{key}.resources", "a table { cpus = N, gpus = N }")
     refuse_unknown_keys(resources, {"cpus", "gpus"}, f"{key}.resources")
+    if target:  # as the gate's ablation will check them, named by this file's keys
+        check_weights(target, "target", key)
+    trial_resources(data, key)
     return Gate(
         enabled, promote, seeds, float(alpha), config, overrides,
         positive_int(data.get("nproc", 1), f"{key}.nproc"), dict(resources), dict(target),

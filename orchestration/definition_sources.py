@@ -13,6 +13,7 @@ from orchestration.definition_values import (
     check,
     check_name,
     check_refs,
+    expand,
     is_int,
     is_number,
     location,
@@ -118,6 +119,7 @@ def _filter(value: Any, key: str, base: Path, source: str) -> str | None:
     require(isinstance(value, str) and value, key, "a shipped filter config (code, text, docs) or a TOML path")
     from quality.config import load_config
 
+    value = expand(value, key)
     name = str((base / value).resolve()) if value.endswith(".toml") or "/" in value else value
     try:
         config = load_config(name)

@@ -108,3 +108,32 @@ def test_factory_run_refuses_a_bad_file_with_exit_2(tmp_path):
     listed = run_factory("run", str(two_sources(tmp_path / "ok")), "--list")
     assert listed.returncode == 0, listed.stderr
     assert "code/production" in listed.stdout and "evals/loss" in listed.stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "gate", "message"),
+    [
+        ("", 'config = "%s"\nresources = { cpus = -1 }', r"refinement_gate: resources\.cpus must be a number > 0"),
+        ("", 'config = "%s"\ntarget = { web = "x" }', r"refinement_gate: target\.web must be a number >= 0"),
+        ('[mixtures.searched]\ncomponents = ["code", "web"]\nsearch = { config = "%s", set = ["optim.lrr=1"] }', "",
+         r"mixtures\.searched\.search\.config: .*unknown key\(s\) lrr"),
+        ('[experiments.ablations.lr]\nrun = "small"\nseeds = 2\nset = ["train.compile=\'yes\'"]\n'
+         'variants = { low = { "optim.lr" = 0.001 } }', "", r"experiments\.ablations\.lr\.set: .*train\.compile must be"),
+    ],
+)  # fmt: skip
+def test_values_that_would_fail_a_policy_or_an_experiment_later_are_refused_now(tmp_path, extra, gate, message):
+    config = REPO / "configs" / "demo-train.toml"
+    gate = f"[policies.refinement_gate]\n{gate % config}\n" if gate else ""
+    extra = extra % config if "%s" in extra else extra
+    with pytest.raises(ConfigError, match=message):
+        load_definition(two_sources(tmp_path, extra=extra, gate=gate))
+
+
+def test_a_filter_config_path_expands_variables_from_the_definitions_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "filters"
+    folder.mkdir()
+    (folder / "web.toml").write_text((REPO / "quality" / "configs" / "docs.toml").read_text())
+    monkeypatch.setenv("FILTERS", str(folder))
+    path = two_sources(tmp_path)
+    path.write_text(path.read_text().replace('filter = "docs"', 'filter = "${FILTERS}/web.toml"', 1))
+    assert load_definition(path).sources["web"].filter == str(folder / "web.toml")
