@@ -1,7 +1,7 @@
 """The training config: TOML sections into validated dataclasses, every field documented here.
 
-    [run]        dir, seed
-    [data]       manifest, tokenizer, seq_len, global_batch_size, backend
+    [run]        dir, seed, metrics_port, metrics_host
+    [data]       manifest, tokenizer, seq_len, global_batch_size, backend, num_shards
     [model]      preset or dimensions
     [train]      steps, micro_batch_size, grad_clip, compile, dtype
     [optim]      lr, betas, weight_decay, warmup_steps, min_lr_ratio
