@@ -96,8 +96,9 @@ def find_repositories(
         found.update((r.name, r) for r in _installed(python, layout, set(names)))
         unknown = sorted(set(names) - set(found))
         if unknown:
+            known = sorted(r.name for r in _installed(python, layout, set()))  # only the named were looked at
             raise InputError(
-                f"no repository named {', '.join(unknown)} under {python}: choose among {', '.join(sorted(found))}"
+                f"no repository named {', '.join(unknown)} under {python}: choose among {', '.join(known)}"
             )
         if names:
             found = {name: found[name] for name in names}

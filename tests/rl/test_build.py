@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -92,10 +97,15 @@ def test_the_same_trees_give_the_same_tasks_whatever_the_parallelism(spark, cata
     assert again.already_committed and again.tasks.snapshot_id == one.tasks.snapshot_id
 
 
-def test_the_command_refuses_bad_options_before_starting_spark(factory_home, toy):
+def test_the_command_refuses_bad_options_before_starting_spark(factory_home, toy, tmp_path):
     done = run_factory("rl", "build", "--repository", "no-such-package", "--path", str(toy))
     assert done.returncode == 2
-    assert "no repository named no-such-package" in done.stderr
+    assert re.search(r"no repository named no-such-package under .*: choose among .*\bjoblib\b", done.stderr)
+    # The installed command as a user runs it: from another folder, the checkout not on the path.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    script = [str(Path(sys.executable).with_name("factory")), "rl", "build", "--repository", "no-such-package"]
+    done = subprocess.run(script, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "no repository named no-such-package" in done.stderr, done.stderr[-2000:]
     done = run_factory("rl", "build", "--path", str(toy), "--max-functions", "0")
     assert done.returncode == 2 and "--max-functions must be at least 1" in done.stderr
     done = run_factory("rl", "build", "--path", str(toy.parent))
