@@ -56,7 +56,7 @@ from pipelines.staging import Target, staged_outputs, write_partition
 from rl.functions import KIND, FunctionBody, find_functions
 from rl.repositories import Repository, find_repositories
 from rl.rollouts import rollout
-from rl.sandbox import ROLLOUT_LIMITS, run_harness
+from rl.sandbox import ROLLOUT_LIMITS, require_bwrap, run_harness
 from rl.tasks import TASKS_SCHEMA, TASKS_TABLE, Task, split_of, task_id
 
 log = logging.getLogger("factory.rl")
@@ -147,6 +147,7 @@ def build(
     """Build the environment and publish it as the content of ``opts.output``. ``repos``: those
     ``find_repositories(opts)`` gives, if the caller has them already."""
     opts.check()
+    require_bwrap()  # here, not first in a Spark task after every repository is ingested
     repos = find_repositories_of(opts) if repos is None else repos
     ship_code(spark, (*TASK_PACKAGES, "evals", "rl"))
     snapshots = {repo.name: _snapshot(spark, catalog, repo, opts.snapshots) for repo in repos}

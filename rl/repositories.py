@@ -192,7 +192,10 @@ def _package(python: str, folder: Path) -> Repository | None:
         parts = [] if inner == "." else inner.split(os.sep)
         if not TEST_FOLDERS.intersection(parts):
             continue
-        files += [os.path.join(dirpath, f) for f in filenames if f.endswith(".py") and is_test_file(f)]
+        # A conftest.py configures the tests beside it: it is not a test module itself.
+        files += [
+            os.path.join(dirpath, f) for f in filenames if f.endswith(".py") and is_test_file(f) and f != "conftest.py"
+        ]
     if not files:
         return None
     import_root = str(folder.parent)

@@ -14,9 +14,9 @@ import pytest
 from factory_cli.rl_build import format_result
 from lakehouse.catalog import load_table
 from lakehouse.commit import snapshot_stats
-from lakehouse.errors import InputError
+from lakehouse.errors import InputError, MissingDependencyError
 from rl.build import BuildOptions, build
-from rl.repositories import STDLIB_SUITE_MODULES, stdlib_repository
+from rl.repositories import STDLIB_SUITE_MODULES, find_repositories, stdlib_repository
 from rl.rollouts import score
 from rl.tasks import read_tasks
 from tests.conftest import run_factory
@@ -137,3 +137,24 @@ def test_a_standard_library_test_module_tests_the_module_it_is_named_for(tmp_pat
     assert repo.tests_path("test.test_json", "python3.11/json/decoder.py")
     assert not repo.tests_path("test.test_json", "python3.11/json_extra.py")
     assert not repo.tests_path("test.test_colorsys", "python3.11/threading.py")
+
+
+def test_a_conftest_configures_a_packages_tests_but_is_not_a_test_module(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "tests").mkdir(parents=True)
+    for name, text in (("__init__.py", ""), ("tests/__init__.py", ""), ("tests/conftest.py", "import pytest\n")):
+        (package / name).write_text(text)
+    with pytest.raises(InputError, match="is not a package folder with tests"):
+        find_repositories(sys.executable, paths=[str(package)])
+    (package / "tests" / "test_a.py").write_text("def test_a():\n    assert True\n")
+    (repo,) = find_repositories(sys.executable, paths=[str(package)])
+    assert repo.test_modules == ("pkg/tests/test_a.py",) and repo.checkout.runner == "pytest"
+
+
+def test_a_machine_without_the_repository_sandbox_is_refused_before_anything_is_ingested(catalog, toy, monkeypatch):
+    import rl.sandbox
+
+    monkeypatch.setattr(rl.sandbox, "_bwrap_works", lambda: False)  # the machine's probe: no bubblewrap here
+    with pytest.raises(MissingDependencyError, match=r"apt-get install bubblewrap"):
+        build(None, catalog, _toy_options(toy))  # no Spark: it must not get that far
+    assert not catalog.table_exists(("raw", "rl_repositories"))
