@@ -420,17 +420,21 @@ def verify_optimum(
     result: SearchResult,
     manifest: str | Path,
     *,
+    resume: bool = False,
     address: str | None = None,
     num_cpus: int | None = None,
     catalog_name: str | None = None,
+    trainable: Callable | None = None,
 ) -> dict[str, Any] | None:
     """Train on the winning ``manifest`` fresh, as one more trial (sweep id ``<search>-optimum``),
     evaluated on the same held-out batches as the proxies; its row, or None if it failed. Its
-    checkpoints' lineage names the search (the manifest's provenance)."""
+    checkpoints' lineage names the search (the manifest's provenance). ``resume``: continue that
+    trial where a run was interrupted (or finished), else start it."""
     from ray import tune
 
-    from experiments.sweep import Schedule, prepare_setup, run_trials
+    from experiments.sweep import TUNE_DIR, Schedule, prepare_setup, run_trials
     from experiments.sweep_spec import toml_literal
+    from experiments.trial import run_trial
     from trainer.config import load_config
 
     base = str(Path(load_config(spec.config, list(spec.set)).data.manifest).resolve())
@@ -444,7 +448,11 @@ def verify_optimum(
         target=spec.target, catalog_name=catalog_name,
     )  # fmt: skip
     space = {"params": {"variant": tune.grid_search(["optimum"])}}
-    outcome = run_trials(setup, space, Schedule(cpus=spec.cpus, gpus=spec.gpus), address=address, num_cpus=num_cpus)
+    resume = resume and (Path(setup.sweep_dir) / TUNE_DIR).is_dir()  # interrupted before it began: start it
+    outcome = run_trials(
+        setup, space, Schedule(cpus=spec.cpus, gpus=spec.gpus), resume=resume, address=address, num_cpus=num_cpus,
+        trainable=trainable or run_trial,
+    )  # fmt: skip
     return next((r for r in outcome.rows if r.get("metric") is not None), None)
 
 

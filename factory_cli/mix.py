@@ -99,7 +99,7 @@ def search(args: argparse.Namespace) -> int:
         print(format_manifest(manifest))
         print(f"wrote {spec_path} and {args.output}")
         if args.verify:
-            row = verify_optimum(spec, result, args.output, **options)
+            row = verify_optimum(spec, result, args.output, resume=args.resume, **options)
             print(format_verification(result, row))
             if row is not None:
                 print(f"trained on it: {row['run_dir']} (factory lineage {row['run_dir']})")

@@ -27,6 +27,17 @@ def synthetic_trial(config: dict, setup) -> None:
     tune.report({"target": loss, "final_loss": {"a": loss}, "done_training": True, "wall_seconds": 0.0})
 
 
+def synthetic_optimum_trial(config: dict, setup) -> None:
+    """The verification trial that trains nothing: the synthetic loss of the manifest it was given."""
+    from ray import tune
+
+    from mixtures.manifest import Manifest
+
+    (path,) = [o.split("=", 1)[1].strip('"') for o in setup.overrides if o.startswith("data.manifest=")]
+    loss = synthetic_loss({c.name: c.weight for c in Manifest.load(path).components})
+    tune.report({"target": loss, "final_loss": {"a": loss}, "done_training": True, "wall_seconds": 0.0})
+
+
 def _lake(catalog, home):
     """Three tiny tables (a, b, c holding text in ratio 4:4:2), their manifest and a config."""
     from mixtures.pin import pin
@@ -44,7 +55,8 @@ def _lake(catalog, home):
 @pytest.mark.engine
 @pytest.mark.slow
 def test_the_search_recovers_a_known_optimum_and_pins_it_with_its_provenance(catalog, factory_home, tmp_path):
-    from experiments.mixture_search import SearchSpec, run_search, token_shares, write_winner
+    from experiments.mixture_search import SearchSpec, run_search, token_shares, verify_optimum, write_winner
+    from lakehouse.errors import InputError
     from mixtures.manifest import Manifest
 
     config = _lake(catalog, factory_home)
@@ -66,6 +78,16 @@ def test_the_search_recovers_a_known_optimum_and_pins_it_with_its_provenance(cat
     assert loaded.provenance["sweep_id"] == result.search_id
     assert len(loaded.provenance["trials"]) == 16 and loaded.provenance["fit"]["model"] == result.fit.model
     assert 'ref = "' in spec_path.read_text()  # the spec pins each snapshot by id
+
+    # --verify trains on the winner as one more trial; `--resume --verify` again continues that
+    # trial (here finished) where a fresh start of it is refused.
+    winner, options = tmp_path / "m.json", {"num_cpus": 2, "trainable": synthetic_optimum_trial}
+    checked = verify_optimum(spec, result, winner, **options)
+    assert checked["metric"] == pytest.approx(synthetic_loss(found))
+    again = verify_optimum(spec, result, winner, resume=True, **options)
+    assert again["metric"] == checked["metric"] and again["trial_id"] == checked["trial_id"]
+    with pytest.raises(InputError, match="was started before"):
+        verify_optimum(spec, result, winner, **options)
 
 
 def test_each_regression_ranks_unseen_trials_of_a_smooth_target():
