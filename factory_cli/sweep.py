@@ -19,7 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "sweep") -> None
     parser.add_argument("--address", metavar="ADDR", help="a Ray cluster to run on (default: Ray on this machine)")
     parser.add_argument("--num-cpus", type=int, metavar="N", help="CPUs for a local Ray (default: all)")
     parser.add_argument("--sweep-id", metavar="ID", help="the sweep id (default: the spec's name and hash)")
-    parser.add_argument("--plots", metavar="DIR", help="report: where the PNGs go (default: the sweep's folder)")
+    parser.add_argument(
+        "--plots", metavar="DIR", help="report: where the PNGs go (default: the sweep folder's report/)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ The completion is the rest of that line (the family's stop string is the newline
 ``prompt + completion`` and a check run in the sandbox (``evals/sandbox.py``, one program per
 distinct completion); the reward is the share of 6 tests that pass: the function compiles, ``g(2)``
 returns an ``int``, and ``g`` returns the right ``int`` at 4 inputs. So ``None`` earns 1/6 here,
-``7`` 1/2 (it compiles, returns an int, the right one at 0), ``n * 7`` earns 1. The first tests are
+``7`` 1/2 (it compiles, returns an int, the right one at 1), ``n * 7`` earns 1. The first tests are
 what a barely trained model can pass by chance, and give GRPO something to compare from the
 first step. A lambda rather than a ``def … return``: an empty completion (``return`` alone) would
 compile and earn a reward, and a policy collapses onto ending at once (measured: held-out reward
