@@ -28,7 +28,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask, Table
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
-from lakehouse.errors import CatalogConfigError, TableNotFoundError, UnsupportedSnapshotError
+from lakehouse.errors import CatalogConfigError, InputError, TableNotFoundError, UnsupportedSnapshotError
 from lakehouse.redact import redact
 from lakehouse.refs import PinnedRef, TableRef, format_identifier, resolve_snapshot_id
 
@@ -124,6 +124,11 @@ def ensure_table(catalog: Catalog, identifier: tuple[str, ...], schema: Schema) 
                 update.union_by_name(schema)
         except CommitFailedException:  # another writer changed the table first: look again
             continue
+        except ValueError as exc:  # pyiceberg's word for columns that cannot be merged
+            raise InputError(
+                f"table {format_identifier(identifier)} exists with other columns than this output needs ({exc}): "
+                "write to another table"
+            ) from None
     return catalog.load_table(identifier)
 
 

@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from lakehouse.catalog import ensure_table
 from lakehouse.columns import DOCUMENT_COLUMNS, TARGET_COLUMN
 from lakehouse.commit import CommitResult, Run, existing_commits
+from lakehouse.errors import InputError
 from lakehouse.file_sizes import target_file_bytes
 from lakehouse.refs import format_identifier, parse_identifier, quarantine_identifier
 from lakehouse.run_binding import RunOutput, check_run_commits, commit_run, run_snapshots
@@ -103,6 +104,8 @@ class IngestResult:
 def ingest(spark: SparkSession, catalog: Catalog, opts: IngestOptions) -> IngestResult:
     """Run one ingest and commit its documents and refusals."""
     out_id, q_id = opts.output_id, opts.quarantine_id
+    if out_id == q_id:
+        raise InputError("--output and the quarantine table must be two different tables")
     files = discover(opts.inputs, opts.fmt, opts.include, opts.exclude)
     check_fields(files, opts.fmt, opts.records)  # a mistyped field fails here, not as every row quarantined
     total_bytes = sum(f.size for f in files)

@@ -99,3 +99,16 @@ def test_concurrent_first_use_of_a_fresh_postgres_catalog(postgres, tmp_path, mo
     }
     _race([tmp_path / "home"], env, monkeypatch, made=made)
     _check_all_landed(pyiceberg_load_catalog("fresh", **_properties(env)))
+
+
+def test_a_table_whose_columns_cannot_take_the_output_is_refused_naming_it(catalog):
+    from lakehouse.errors import InputError
+    from lakehouse.schemas import QUARANTINE_SCHEMA
+
+    ensure_table(catalog, ("raw", "good"), DOCUMENT_SCHEMA)
+    # A job told to write its quarantine rows, or its dedup output, into a documents table.
+    with pytest.raises(InputError, match=r"table raw\.good exists with other columns .*write to another table"):
+        ensure_table(catalog, ("raw", "good"), QUARANTINE_SCHEMA)
+    assert [f.name for f in catalog.load_table(("raw", "good")).schema().fields] == [
+        f.name for f in DOCUMENT_SCHEMA.fields
+    ]

@@ -135,6 +135,8 @@ def test_several_inputs_are_deduplicated_together_and_must_not_share_ids(spark, 
     with pytest.raises(InputError, match="doc_ids must be unique across the tables"):
         dedup(spark, catalog, DedupOptions(inputs=["raw.first", "raw.clash"], output="dedup.clash"))
     assert "clash" not in {t[1] for t in catalog.list_tables("dedup")}
+    with pytest.raises(InputError, match=r"--output raw\.first must differ from the input"):
+        dedup(spark, catalog, DedupOptions(inputs=["raw.first"], output="raw.first"))
 
 
 def test_against_removes_what_the_published_snapshot_already_has(spark, catalog):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 import zstandard
 
 from lakehouse.commit import snapshot_stats
-from lakehouse.errors import RunConflictError
+from lakehouse.errors import InputError, RunConflictError
 from pipelines.ingest import IngestOptions, ingest
 from pipelines.ingest_records import RecordConfig, doc_id_for
 from tests.conftest import run_factory
@@ -223,6 +224,10 @@ def test_the_same_run_id_with_other_parameters_or_inputs_is_refused(spark, catal
     other = write_jsonl(tmp_path / "b.jsonl", [{"text": "three"}])
     with pytest.raises(RunConflictError, match=r"inputs\[0\]\.uri: committed with .*a\.jsonl.*, now .*b\.jsonl"):
         ingest(spark, catalog, options([other], "jsonl", run_id="nightly"))
+    assert [s.snapshot_id for s in catalog.load_table(("raw", "docs")).snapshots()] == [first.documents.snapshot_id]
+    same = dataclasses.replace(options([path], "jsonl"), quarantine="raw.docs")
+    with pytest.raises(InputError, match="--output and the quarantine table must be two different tables"):
+        ingest(spark, catalog, same)
     assert [s.snapshot_id for s in catalog.load_table(("raw", "docs")).snapshots()] == [first.documents.snapshot_id]
 
 
