@@ -95,6 +95,8 @@ def compact_table(
         if branch == MAIN_BRANCH:  # a table never written: nothing to do
             return CompactResult(name, None, 0, 0, 0, 0, already=True)
         raise InputError(f"{name} has no branch {branch!r}; `factory snapshots {name}` lists its refs")
+    if table.metadata.refs[branch].snapshot_ref_type != "branch":
+        raise InputError(f"{name}'s {branch!r} is a tag: a snapshot is committed to a branch only; name one")
     head = table.snapshot_by_id(table.metadata.refs[branch].snapshot_id)
     files = live_data_files(table, head, name)
     groups = plan_groups(table, files, target)

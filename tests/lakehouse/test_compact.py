@@ -99,6 +99,15 @@ def test_an_empty_table_is_left_alone_and_an_unknown_branch_refused(catalog):
         compact_table(catalog, TABLE, branch="nope")
 
 
+def test_a_tag_is_refused_as_the_branch_before_any_file_is_written(catalog):
+    snapshot_id = _ingest(catalog, "ingest-a", files=4)
+    catalog.load_table(TABLE).manage_snapshots().create_tag(snapshot_id, "v1").commit()
+    before = _files(catalog)
+    with pytest.raises(InputError, match="'v1' is a tag"):
+        compact_table(catalog, TABLE, branch="v1")
+    assert _files(catalog) == before and catalog.load_table(TABLE).current_snapshot().snapshot_id == snapshot_id
+
+
 def test_files_combine_up_to_the_tables_target_size_and_big_files_stay(catalog):
     _ingest(catalog, "ingest-a", files=8, rows=50, text_bytes=400)
     sizes = sorted(t.file.file_size_in_bytes for t in catalog.load_table(TABLE).scan().plan_files())
