@@ -158,7 +158,14 @@ def _format_run(run: dict[str, Any], indent: str, lines: list[str]) -> None:
 
 def read_lineage(path: str | Path) -> dict[str, Any]:
     """The lineage of a checkpoint directory, or of a run directory's newest complete checkpoint."""
-    return json.loads((checkpoint_dir(path) / "lineage.json").read_text())
+    file = checkpoint_dir(path) / "lineage.json"
+    try:
+        lineage = json.loads(file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{file} is not the JSON a checkpoint's lineage is ({exc}): the folder is damaged") from None
+    if not isinstance(lineage, dict) or not isinstance(lineage.get("manifest"), dict):
+        raise InputError(f"{file} is not a checkpoint's lineage (no manifest in it): the folder is damaged")
+    return lineage
 
 
 def checkpoint_dir(path: str | Path) -> Path:
@@ -177,6 +184,8 @@ def checkpoint_dir(path: str | Path) -> Path:
         )
     if not (path / COMPLETE).is_file():
         raise InputError(f"{path} is an incomplete checkpoint (no {COMPLETE} marker): a save was interrupted")
+    if not (path / ".metadata").is_file():
+        raise InputError(f"{path} is not a checkpoint (no .metadata, the index of its weights)")
     return path
 
 

@@ -179,3 +179,27 @@ def test_an_rl_checkpoint_shows_its_task_snapshot_rollouts_and_config():
     assert "  tasks rl.tasks@11 (built by rl-build-1 from raw.rl_repositories@7)" in shown
     assert "  rollouts rl.rollouts@22 (run rl-abc)" in shown
     assert "  config: seed 3, 4 steps of 2 tasks x 4 samples, kl_beta 0.04, lr 0.01" in shown
+
+
+def test_a_damaged_checkpoint_folder_is_refused_naming_what_is_wrong(tmp_path):
+    from trainer.checkpoint import COMPLETE
+
+    folder = tmp_path / "checkpoints" / "step-5"
+    folder.mkdir(parents=True)
+    (folder / COMPLETE).write_text("")
+    (folder / "lineage.json").write_text("{bad")
+    (folder / ".metadata").write_bytes(b"")
+    for command in (
+        ("lineage", str(folder)),
+        ("export", str(folder), "--format", "hf", "--output", str(tmp_path / "x")),
+    ):
+        done = run_factory(*command)
+        assert done.returncode == 2 and "lineage.json is not the JSON a checkpoint's lineage is" in done.stderr, (
+            done.stderr
+        )
+        assert "Traceback" not in done.stderr
+    (folder / "lineage.json").write_text('{"x": 1}')
+    assert "not a checkpoint's lineage (no manifest in it)" in run_factory("lineage", str(folder)).stderr
+    (folder / ".metadata").unlink()
+    done = run_factory("eval", str(folder))
+    assert done.returncode == 2 and "is not a checkpoint (no .metadata" in done.stderr, done.stderr
