@@ -45,9 +45,11 @@ def run(args: argparse.Namespace) -> int:
     if args.mix_command == "search":
         return search(args)
     from lakehouse.catalog import load_catalog
+    from lakehouse.local_files import check_output_file
     from mixtures.pin import pin
     from mixtures.spec import load_spec
 
+    check_output_file(args.output)
     spec = load_spec(args.spec)
     manifest = pin(load_catalog(args.catalog), spec)
     manifest.save(args.output)
@@ -87,7 +89,9 @@ def search(args: argparse.Namespace) -> int:
     from experiments.report import format_ranking
     from experiments.sweep import ray_session
     from lakehouse.catalog import load_catalog
+    from lakehouse.local_files import check_output_file
 
+    check_output_file(args.output)
     spec = load_search_spec(args.spec)
     plan = plan_search(spec, args.catalog)  # the config, the base manifest and the spec checked before Ray starts
     options = {"address": args.address, "num_cpus": args.num_cpus, "catalog_name": args.catalog}

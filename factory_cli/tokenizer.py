@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "tokenizer") -> None:
@@ -29,14 +28,14 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "tokenizer") -> 
 
 def run(args: argparse.Namespace) -> int:
     from lakehouse.catalog import load_catalog
-    from lakehouse.local_files import write_atomically
+    from lakehouse.local_files import check_output_file, write_atomically
     from streaming_loader.tokenizer_train import train_tokenizer
 
+    output = check_output_file(args.output)
     trained = train_tokenizer(
         load_catalog(args.catalog), args.input, args.vocab_size, max_bytes=args.max_bytes,
         min_frequency=args.min_frequency,
     )  # fmt: skip
-    output = Path(args.output)
     write_atomically(output, trained.text)
     sources = ", ".join(f"{i['table']}@{i['snapshot_id']}" for i in trained.inputs)
     print(f"trained on {trained.documents} documents ({trained.bytes / 1e6:.1f} MB) of {sources}")

@@ -13,6 +13,19 @@ import errno
 import os
 from pathlib import Path
 
+from lakehouse.errors import InputError
+
+
+def check_output_file(path: str | Path, option: str = "--output") -> Path:
+    """``path`` if a file can be written there: refused (``InputError``) when it is a folder or its
+    folder does not exist, so that a command says so before its work rather than after."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{option} {path} is a folder: give a file's path")
+    if not path.parent.is_dir():
+        raise InputError(f"{option} {path}: the folder {path.parent} does not exist; create it first")
+    return path
+
 
 def write_atomically(path: str | Path, data: str | bytes) -> None:
     """Write ``data`` beside ``path``, sync it, rename it into place and sync the folder: a reader,
@@ -20,11 +33,15 @@ def write_atomically(path: str | Path, data: str | bytes) -> None:
     atomic on POSIX filesystems)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as out:
-        out.write(data if isinstance(data, bytes) else data.encode("utf-8"))
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as out:
+            out.write(data if isinstance(data, bytes) else data.encode("utf-8"))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # never leave half a write behind, whatever stopped it
+        raise
     sync_folders(path)
 
 
