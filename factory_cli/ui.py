@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -46,6 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "ui") -> None:
     )
 
 
+# Checked here rather than by torch.device, which would import torch at start-up (the playground
+# imports it on its first generation).
+_DEVICE = re.compile(r"cpu|mps|(cuda|xpu)(:\d+)?")
+
+
 def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port < 65536:
         raise InputError(f"--port must be between 0 and 65535, got {args.port}")
@@ -53,10 +59,17 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(
             "--generate-workers and --models must be 1 or more, --generate-queue 0 or more, --generate-timeout above 0"
         )
+    missing = [folder for folder in args.runs or () if not Path(folder).is_dir()]
+    if missing:
+        raise InputError(f"--runs {missing[0]} is not a folder")
+    if args.device and not _DEVICE.fullmatch(args.device):
+        raise InputError(f"--device {args.device!r} is not a torch device: cpu, cuda, cuda:N, mps")
     from ui.app import create_app
     from ui.generation import GenerationSettings
-    from ui.server import serve
+    from ui.server import check_can_listen, serve
     from ui.sources import Sources
+
+    check_can_listen(args.host, args.port)
 
     sources = Sources(args.catalog, args.runs or [factory_home()])
     sources.catalog  # noqa: B018  (a catalog that cannot load is an error now, not on the first page)

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 
 import h11
 import pyarrow as pa
@@ -19,6 +20,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from lakehouse.errors import InputError
 from ui.app import CSP
 
 
@@ -38,6 +40,23 @@ class _Protocol(H11Protocol):
         ):
             self.transport.write(self.conn.send(event))
         self.transport.close()
+
+
+def check_can_listen(host: str, port: int) -> None:
+    """Refuse (``InputError``) an address this process cannot listen on, before the app is built:
+    uvicorn would say so only in its log, and exit 3."""
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise InputError(f"--host {host}: {exc.strerror}") from None
+    with socket.socket(family, kind) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise InputError(
+                f"cannot listen on {host}:{port}: {exc.strerror}; choose another --port (0 picks a free one) or --host"
+            ) from None
 
 
 def serve(app: FastAPI, host: str, port: int, log_level: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -38,6 +39,22 @@ def test_factory_ui_binds_this_machine_only_by_default(factory_home):
     finally:
         server.terminate()
         server.wait(30)
+
+
+def test_factory_ui_refuses_an_address_it_cannot_listen_on_and_bad_options(factory_home, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_factory("ui", "--port", str(port))
+    assert done.returncode == 2 and f"cannot listen on 127.0.0.1:{port}: Address already in use" in done.stderr
+    assert "Traceback" not in done.stderr and "ERROR:" not in done.stderr
+    done = run_factory("ui", "--host", "no-such-host.invalid", "--port", "0")
+    assert done.returncode == 2 and "--host no-such-host.invalid:" in done.stderr, done.stderr
+    done = run_factory("ui", "--runs", str(tmp_path / "none"))
+    assert done.returncode == 2 and "is not a folder" in done.stderr
+    done = run_factory("ui", "--device", "bogus")
+    assert done.returncode == 2 and "--device 'bogus' is not a torch device" in done.stderr
 
 
 def test_factory_ui_refuses_playground_limits_that_cannot_work(factory_home):
