@@ -27,11 +27,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from rl.train_config import load_rl_config
     from trainer.launch import command
+    from trainer.lineage import read_lineage
 
     if args.nproc < 1:
         raise ConfigError("--nproc must be at least 1")
     cfg = load_rl_config(args.config, args.set)  # fail here, before starting any rank
     cfg.check_world(args.nproc)
+    read_lineage(cfg.start.checkpoint)  # the starting checkpoint: there, complete, readable
     env = {
         **os.environ,
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc))),

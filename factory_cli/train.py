@@ -35,6 +35,17 @@ def torchrun_command(args: argparse.Namespace) -> list[str]:
     return command(args.config, args.nproc, args.set, args.resume, nodes)
 
 
+def check_inputs(cfg) -> None:
+    """The manifests and tokenizer the run reads, read once here: a missing or damaged one is
+    refused before torchrun starts (each rank would fail on it, its error among torchrun's)."""
+    from mixtures.manifest import Manifest
+    from streaming_loader.tokenize import load_tokenizer_spec
+
+    for manifest in dict.fromkeys(m for m in (cfg.data.manifest, cfg.eval.manifest) if m):
+        Manifest.load(manifest)
+    load_tokenizer_spec(cfg.data.tokenizer)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.nproc < 1 or args.nnodes < 1:
         raise ConfigError("--nproc and --nnodes must be at least 1")
@@ -42,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--nnodes above 1 needs --rdzv-endpoint HOST:PORT, the rendezvous every node joins")
     cfg = load_config(args.config, args.set)  # fail here, before starting any rank
     cfg.check_world(args.nproc * args.nnodes)
+    check_inputs(cfg)
     env = {
         **os.environ,
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc))),

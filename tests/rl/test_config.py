@@ -53,3 +53,6 @@ def test_the_command_says_what_is_wrong_and_exits_2(tmp_path):
     assert proc.returncode == 2 and "group_size must be >= 2" in proc.stderr and "Traceback" not in proc.stderr
     missing = run_factory("rl", "train", "--config", str(tmp_path / "absent.toml"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+    config.write_text(f'[start]\ncheckpoint = "{tmp_path / "none"}"\n')
+    no_start = run_factory("rl", "train", "--config", str(config), "--nproc", "2")
+    assert no_start.returncode == 2 and no_start.stderr.startswith(f"error: {tmp_path / 'none'} is not a checkpoint")

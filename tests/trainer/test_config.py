@@ -89,3 +89,13 @@ def test_schedule_warms_up_then_decays_to_the_floor():
     assert f(4) == pytest.approx(1.0)
     assert f(12) == pytest.approx(0.55)
     assert f(20) == pytest.approx(0.1) and f(30) == pytest.approx(0.1)
+
+
+def test_a_missing_manifest_or_tokenizer_is_refused_before_torchrun_starts(tmp_path):
+    from tests.conftest import run_factory
+
+    config = tmp_path / "train.toml"
+    config.write_text(f'[data]\nmanifest = "{tmp_path / "none.json"}"\ntokenizer = "{tmp_path / "tok.json"}"\n')
+    done = run_factory("train", "--config", str(config), "--nproc", "2")
+    assert done.returncode == 2 and done.stderr.startswith("error: cannot read manifest"), done.stderr
+    assert "rank" not in done.stderr  # no rank was started to find it
