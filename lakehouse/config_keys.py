@@ -22,14 +22,16 @@ def refuse_unknown_keys(
         raise error(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
 
 
-def refuse_wrong_types(given: Mapping[str, object], cls: type, where: str) -> None:
-    """Raise ``ConfigError`` naming the first key of ``given`` whose value is not of the type that
+def refuse_wrong_types(
+    given: Mapping[str, object], cls: type, where: str, error: type[FactoryError] = ConfigError
+) -> None:
+    """Raise ``error`` naming the first key of ``given`` whose value is not of the type that
     dataclass ``cls`` declares for it (an integer is a number too; a boolean is neither)."""
     hints = typing.get_type_hints(cls)
     for key, value in given.items():
         hint = hints.get(key)
         if hint is not None and not _matches(value, hint):
-            raise ConfigError(f"{where}.{key} must be {_describe(hint)}, got {value!r}")
+            raise error(f"{where}.{key} must be {_describe(hint)}, got {value!r}")
 
 
 def _matches(value: object, hint: object) -> bool:

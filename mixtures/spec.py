@@ -129,8 +129,12 @@ def check_filter(text: str, component: str) -> None:
         raise MixtureSpecError(f"component {component!r}: filter must be a non-empty expression")
     try:
         parse(text)
-    except Exception as exc:  # pyparsing raises its own exception types
-        raise MixtureSpecError(f"component {component!r}: cannot parse filter {text!r}: {exc}") from exc
+    except Exception:  # pyparsing raises its own exception types
+        # Its message spells out the whole grammar it expected (some 3,000 characters): an example helps more.
+        raise MixtureSpecError(
+            f"component {component!r}: cannot parse filter {text!r}; write it as pyiceberg's row filters "
+            "are written, e.g. lang = 'python' and n_bytes < 100000"
+        ) from None
 
 
 def load_spec(path: str | Path) -> MixtureSpec:

@@ -96,7 +96,8 @@ def _mixture(name: str, data: Any, sources: Mapping[str, Source], base: Path) ->
     key = f"mixtures.{name}"
     check_name(name, key)
     refuse_unknown_keys(data, MIXTURE_KEYS, key)
-    check(("weights" in data) != ("search" in data), f"{key}: give either `weights` (fixed) or `search`, not both")
+    check("weights" in data or "search" in data, f"{key}: give `weights` (fixed) or `search` (searched)")
+    check(not ("weights" in data and "search" in data), f"{key}: give either `weights` (fixed) or `search`, not both")
     weights = None
     if "weights" in data:
         check("components" not in data, f"{key}: `weights` names the components; drop `components`")

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lakehouse.config_keys import refuse_unknown_keys
+from lakehouse.config_keys import refuse_unknown_keys, refuse_wrong_types
 from lakehouse.errors import FilterConfigError
 
 SHIPPED = Path(__file__).with_name("configs")
@@ -145,7 +145,7 @@ def parse_config(doc: Mapping[str, object], *, path: str = "", sha256: str = "")
     filters = doc.get("filters")
     if not isinstance(filters, list) or not all(isinstance(f, str) for f in filters):
         raise FilterConfigError('`filters` must be a list of filter names, e.g. filters = ["size"]')
-    refuse_unknown_keys(doc, _TOP_KEYS | set(FILTERS), path or "the filter config", FilterConfigError)
+    refuse_unknown_keys(doc, _TOP_KEYS | set(FILTERS), "the filter config", FilterConfigError)
     unused = [name for name in FILTERS if name in doc and name not in filters]
     if unused:
         raise FilterConfigError(f"[{unused[0]}] configures a filter that `filters` does not list")
@@ -195,6 +195,7 @@ def _build(name: str, base: object, values: object, where: str | None = None) ->
     config_cls = filter_class(name).Config
     fields = {f.name for f in dataclasses.fields(config_cls)}
     refuse_unknown_keys(merged, fields, f"[{where}]", FilterConfigError)
+    refuse_wrong_types(merged, config_cls, f"[{where}]", FilterConfigError)
     try:
         return config_cls(**{k: _tuples(v) for k, v in merged.items()})
     except (TypeError, ValueError) as exc:

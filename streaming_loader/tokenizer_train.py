@@ -43,7 +43,11 @@ def train_tokenizer(
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if vocab_size < 257 + 2:
-        raise InputError(f"--vocab-size must be at least 259 (256 bytes and 2 special tokens), got {vocab_size}")
+        raise InputError(
+            f"--vocab-size must be at least 259 (256 bytes, 2 special tokens and a merge), got {vocab_size}"
+        )
+    if max_bytes < 1:
+        raise InputError(f"--max-bytes must be at least 1, got {max_bytes}")
     if not refs:
         raise InputError("name at least one table to train on (--input NS.TABLE[@REF])")
     pinned = [_pin(catalog, ref) for ref in refs]

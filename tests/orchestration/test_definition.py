@@ -60,6 +60,10 @@ def test_the_shipped_definitions_load(tmp_path, monkeypatch):
         (('name = "team"', 'name = "Team-1"'), r"^.*: name: give a name"),
         (('suites = ["heldout"]', 'suites = ["heldout", "mmlu"]'), r"evals\.loss\.suites: unknown suite\(s\) mmlu"),
         (("dedup = false", "dedup = { threshold = 2.0 }"), r"sources\.web\.dedup: threshold must be between"),
+        (
+            ("weights = { code = 0.5, web = 0.5 }", ""),
+            r"mixtures\.both: give `weights` \(fixed\) or `search` \(searched\)",
+        ),
     ],
 )
 def test_bad_keys_and_references_are_refused_naming_the_key_and_the_file(tmp_path, edit, message):

@@ -63,7 +63,11 @@ def test_thresholds_change_outcomes(tmp_path):
         ('filters = ["size", "size"]', "lists a filter twice"),
         ('filters = ["size"]\n[size]\nmax_bites = 3', "unknown key(s) max_bites"),
         ('filters = ["size"]\n[size]\nmin_bytes = 9\nmax_bytes = 3', "max_bytes must be at least min_bytes"),
-        ('filters = ["size"]\n[size]\nmax_bytes = "big"', "[size]"),
+        ('filters = ["size"]\n[size]\nmax_bytes = "big"', "[size].max_bytes must be an integer, got 'big'"),
+        (
+            'filters = ["size"]\n[languages.json.size]\nmin_bytes = 1.5',
+            "[languages.json.size].min_bytes must be an integer",
+        ),
         ('filters = ["size"]\n[mean_line_length]\nmax_chars = 3', "`filters` does not list"),
         ('filters = ["size"]\n[languages.json]\nskip = ["mean_line_length"]', "languages.json.skip"),
         ('filters = ["size"]\n[languages.json.size]\nmin_bytes = -4', "min_bytes must be zero or more"),
@@ -76,6 +80,7 @@ def test_bad_config_files_are_refused_with_the_file_named(tmp_path, text, messag
     with pytest.raises(FilterConfigError) as caught:
         load_config(path)
     assert message in str(caught.value) and path in str(caught.value)
+    assert str(caught.value).count(Path(path).name) == 1  # the file named once, not once by each layer
 
 
 def test_missing_config_names_the_shipped_ones(tmp_path):

@@ -4,6 +4,7 @@ import itertools
 import os
 
 import numpy as np
+import pytest
 
 from streaming_loader.tokenize import (
     PARALLELISM_VARIABLE,
@@ -71,3 +72,18 @@ def test_one_thread_tokenizing_leaves_the_users_choice_alone(monkeypatch):
     assert os.environ[PARALLELISM_VARIABLE] == "true"
     stop_one_thread_tokenizing()
     assert os.environ[PARALLELISM_VARIABLE] == "true"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"vocab_size": 258}, r"--vocab-size must be at least 259"),
+        ({"max_bytes": 0}, r"--max-bytes must be at least 1"),
+    ],
+)
+def test_tokenizer_training_refuses_settings_that_cannot_train(catalog, options, message):
+    from lakehouse.errors import InputError
+    from streaming_loader.tokenizer_train import train_tokenizer
+
+    with pytest.raises(InputError, match=message):
+        train_tokenizer(catalog, ["raw.none"], **{"vocab_size": 300, **options})
