@@ -61,9 +61,16 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return checkpoint_dir(Path(path).resolve())
 
 
+def require_weights(path: Path) -> None:
+    """Refuse a checkpoint folder without its weights' index (what lineage alone does not need)."""
+    if not (path / ".metadata").is_file():
+        raise InputError(f"{path} is not a checkpoint (no .metadata, the index of its weights)")
+
+
 def checkpoint_identity(path: Path) -> str:
     """sha256 of the DCP index, the completion marker and lineage.json: two saves of a step with
     other weights or data differ here, a copy of the same folder does not."""
+    require_weights(path)
     digest = hashlib.sha256()
     for name in (".metadata", COMPLETE, "lineage.json"):
         digest.update(name.encode() + b"\0" + (path / name).read_bytes() + b"\0")
@@ -73,6 +80,7 @@ def checkpoint_identity(path: Path) -> str:
 def load_checkpoint(path: str | Path, device: torch.device | None = None) -> LoadedCheckpoint:
     """The model of a complete checkpoint, ready to evaluate in this one process."""
     path = resolve_checkpoint(path)
+    require_weights(path)
     lineage = read_lineage(path)
     device = device or default_device()
     manifest_path = lineage["manifest"]["path"]

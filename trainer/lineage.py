@@ -184,8 +184,6 @@ def checkpoint_dir(path: str | Path) -> Path:
         )
     if not (path / COMPLETE).is_file():
         raise InputError(f"{path} is an incomplete checkpoint (no {COMPLETE} marker): a save was interrupted")
-    if not (path / ".metadata").is_file():
-        raise InputError(f"{path} is not a checkpoint (no .metadata, the index of its weights)")
     return path
 
 

@@ -200,6 +200,7 @@ def test_a_damaged_checkpoint_folder_is_refused_naming_what_is_wrong(tmp_path):
         assert "Traceback" not in done.stderr
     (folder / "lineage.json").write_text('{"x": 1}')
     assert "not a checkpoint's lineage (no manifest in it)" in run_factory("lineage", str(folder)).stderr
-    (folder / ".metadata").unlink()
+    (folder / "lineage.json").write_text('{"manifest": {"path": "m.json"}}')
+    (folder / ".metadata").unlink()  # what factory lineage does not need, and eval and export do
     done = run_factory("eval", str(folder))
     assert done.returncode == 2 and "is not a checkpoint (no .metadata" in done.stderr, done.stderr
