@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.exceptions import HTTPException
 
+from lakehouse.errors import InputError
 from ui.sources import BadRequest
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ class ModelCache:
 
         try:
             identity = checkpoint_identity(path)
-        except OSError:
+        except (OSError, InputError):  # InputError: checkpoint_identity's own word for no .metadata
             raise BadRequest(f"{path} holds no model weights (no DCP index): it cannot generate") from None
         with self._lock:
             if identity in self._models:
