@@ -219,11 +219,12 @@ def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupRes
 
 def _run_for(opts: DedupOptions, inputs: DedupInputs) -> Run:
     """The run, recording every snapshot read: the inputs, then the --against one."""
-    if opts.output_id in [p.identifier for p in inputs.pinned]:
+    read = [p.identifier for p in inputs.pinned]
+    if opts.output_id in read:
         raise InputError(
             f"--output {format_identifier(opts.output_id)} must differ from the input: dedup writes a new table"
         )
-    if opts.clusters_id == opts.output_id or opts.clusters_id in [p.identifier for p in inputs.pinned]:
+    if opts.clusters_id == opts.output_id or opts.clusters_id in read:
         raise InputError(
             f"the clusters table {format_identifier(opts.clusters_id)} must differ from the input and output"
         )

@@ -37,9 +37,7 @@ def _check(ok: bool, message: str) -> None:
 
 @dataclass
 class ModelConfig:
-    preset: str = (
-        "tiny"  # tiny (~1.2M params with an 8k vocabulary, CPU tests) · small (~20M) · 1b (GPU); fields below override
-    )
+    preset: str = "tiny"  # tiny (~1.2M params, 8k vocabulary; CPU) · small (~20M) · 1b (GPU); fields override
     dim: int = 0  # model width; 0 takes the preset's
     n_layers: int = 0  # transformer blocks
     n_heads: int = 0  # attention heads
