@@ -220,6 +220,8 @@ def _prepare(spark: SparkSession, catalog: Catalog, opts: FilterOptions) -> _Job
     clash = sorted(_RESERVED & {f.name for f in source.schema().fields})
     if clash:
         raise InputError(f"{opts.input} has column(s) {clash} that the filter stage adds; rename them first")
+    if opts.output_id == pinned.identifier or opts.quarantine_id in (opts.output_id, pinned.identifier):
+        raise InputError("--output, the quarantine table and --input must be three different tables")
     output = ensure_table(catalog, opts.output_id, source.schema())
     quarantine = ensure_table(catalog, opts.quarantine_id, QUARANTINE_SCHEMA_WITH_METRICS)
     run_id = opts.run_id or Run.new_id("filter")

@@ -91,6 +91,20 @@ def test_planted_problems_are_quarantined_and_ordinary_code_is_kept(spark, catal
         decontaminate(spark, catalog, DecontaminateOptions("raw.code", ("nope",), "clean.code"))
 
 
+@pytest.mark.parametrize(
+    ("output", "quarantine"),
+    [("raw.code", None), ("clean.code", "raw.code"), ("clean.code", "clean.code")],
+)
+def test_the_input_output_and_quarantine_must_be_three_tables(catalog, output, quarantine):
+    make_corpus(catalog, real_files(2))
+    snapshot_id = catalog.load_table(("raw", "code")).current_snapshot().snapshot_id
+    opts = DecontaminateOptions("raw.code", ("humaneval",), output, quarantine=quarantine)
+    with pytest.raises(InputError, match="three different tables"):
+        decontaminate(None, catalog, opts)
+    assert catalog.load_table(("raw", "code")).current_snapshot().snapshot_id == snapshot_id
+    assert not catalog.table_exists(("clean", "code"))
+
+
 def test_the_job_file_is_the_command():
     """What ``spark-submit pipelines/decontaminate.py ARGS`` runs (the file as ``__main__``, its
     folder first on sys.path) parses as ``factory decontaminate``; --help stops before Spark starts."""

@@ -15,7 +15,7 @@ import pytest
 
 from lakehouse.catalog import ensure_table
 from lakehouse.commit import find_run_snapshot, snapshot_stats
-from lakehouse.errors import PublishRefusedError, RunConflictError, ValidationFailedError
+from lakehouse.errors import InputError, PublishRefusedError, RunConflictError, ValidationFailedError
 from lakehouse.publish import head
 from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
 from pipelines.filter import FilterOptions, filter_documents
@@ -217,6 +217,21 @@ def test_a_filter_killed_between_its_steps_finishes_on_retry(factory_home, catal
     assert [s.snapshot_id for s in quarantine.snapshots()] == [quarantined.snapshot_id]
     assert sorted(quarantine.scan().to_arrow().column("doc_id").to_pylist()) == sorted(BAD)
     assert snapshot_stats(output.current_snapshot()) == snapshot_stats(quarantined)
+
+
+@pytest.mark.parametrize(
+    ("output", "quarantine"),
+    [("raw.web", None), ("filtered.web", "raw.web"), ("filtered.web", "filtered.web")],
+)
+def test_the_input_output_and_quarantine_must_be_three_tables(catalog, config_file, output, quarantine):
+    """Filtering a table into itself would append its kept documents to it; refused before Spark
+    is needed, and nothing is written."""
+    snapshot_id = make_input(catalog, GOOD)
+    opts = FilterOptions("raw.web", output, config_file, quarantine=quarantine)
+    with pytest.raises(InputError, match="three different tables"):
+        filter_documents(None, catalog, opts)
+    assert catalog.load_table(("raw", "web")).current_snapshot().snapshot_id == snapshot_id
+    assert not catalog.table_exists(("filtered", "web"))
 
 
 def test_a_bad_config_fails_before_spark_starts(factory_home, tmp_path):
