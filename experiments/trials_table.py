@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.expressions import EqualTo
 from pyiceberg.schema import Schema
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType
@@ -64,7 +65,16 @@ def read_trials(catalog: Catalog, sweep_id: str) -> list[dict[str, Any]]:
     """The rows of one sweep, JSON columns decoded."""
     try:
         table = catalog.load_table(TRIALS_TABLE)
-    except Exception:  # no table yet: no trials
+    except NoSuchTableError:  # no sweep has recorded a trial yet
         return []
     rows = table.scan(row_filter=EqualTo("sweep_id", sweep_id)).to_arrow().to_pylist()
     return sorted(decode_json(rows, ("params", "final_loss", "best_loss", "loss_curve")), key=lambda r: r["trial_id"])
+
+
+def sweep_ids(catalog: Catalog) -> list[str]:
+    """Every sweep, ablation and mixture search with a row in the table, sorted."""
+    try:
+        table = catalog.load_table(TRIALS_TABLE)
+    except NoSuchTableError:
+        return []
+    return sorted(set(table.scan(selected_fields=("sweep_id",)).to_arrow().column("sweep_id").to_pylist()))

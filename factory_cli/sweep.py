@@ -69,14 +69,23 @@ def report(sweep_id: str, catalog_name: str | None, plots: str | None) -> int:
 
     from experiments.report import format_ranking, write_plots
     from experiments.sweep import sweep_dir_of
-    from experiments.trials_table import read_trials
+    from experiments.trials_table import read_trials, sweep_ids
     from lakehouse.catalog import load_catalog
     from lakehouse.errors import InputError
 
-    rows = read_trials(load_catalog(catalog_name), sweep_id)
+    catalog = load_catalog(catalog_name)
+    rows = read_trials(catalog, sweep_id)
     if not rows:
-        raise InputError(f"no trials of sweep {sweep_id!r} in experiments.trials; `factory show experiments.trials`")
+        known = sweep_ids(catalog)
+        if not known:
+            raise InputError(f"no trials of sweep {sweep_id!r}: no sweep has recorded a trial in this catalog yet")
+        raise InputError(f"no trials of sweep {sweep_id!r} in experiments.trials; it holds {_listed(known)}")
     print(format_ranking(rows))
     for path in write_plots(rows, Path(plots) if plots else sweep_dir_of(sweep_id) / "report"):
         print(f"wrote {path}")
     return 0
+
+
+def _listed(sweeps: list[str], most: int = 10) -> str:
+    more = f" and {len(sweeps) - most} more" if len(sweeps) > most else ""
+    return f"the sweeps {', '.join(sweeps[:most])}{more}"
