@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from factory_cli.main import COMMANDS
+from factory_cli.main import COMMANDS, build_parser
 from lakehouse.commit import find_run_snapshot, snapshot_stats
 from lakehouse.lease import LEASE_FILE
 from lakehouse.lease import TIMEOUT as LEASE_TIMEOUT
@@ -37,6 +40,33 @@ def test_help_lists_every_command_with_what_it_does():
         assert f"    {name}" in proc.stdout and summary[:40] in proc.stdout
     ingest_help = run_factory("ingest", "--help")
     assert "--max-doc-bytes" in ingest_help.stdout and "--run-id" in ingest_help.stdout
+
+
+def _command_paths(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Every command and subcommand under ``parser``, each given as the words that name it."""
+    for action in parser._actions:  # argparse offers no public walk of its subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield (*path, name)
+                yield from _command_paths(child, (*path, name))
+
+
+def test_every_commands_help_runs_from_the_installed_script(tmp_path):
+    """As a user runs it: the `factory` script of the environment, from another folder, the
+    checkout not on the path. A help text argparse cannot format, or a command module the install
+    lacks, fails here."""
+    paths = [p for name in COMMANDS for p in _command_paths(build_parser(name)) if p[0] == name]
+    assert ("mix", "search") in paths and ("rl", "build") in paths and ("tokenizer", "train") in paths
+    script = str(Path(sys.executable).with_name("factory"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+    def help_of(path: tuple[str, ...]) -> subprocess.CompletedProcess:
+        return subprocess.run([script, *path, "--help"], cwd=tmp_path, env=env, capture_output=True, text=True)
+
+    with ThreadPoolExecutor(4) as pool:
+        for path, proc in zip(paths, pool.map(help_of, paths), strict=True):
+            assert proc.returncode == 0 and not proc.stderr, (path, proc.stderr[-2000:])
+            assert proc.stdout.startswith(f"usage: factory {' '.join(path)} "), (path, proc.stdout[:300])
 
 
 def test_errors_are_clear_and_exit_non_zero(factory_home):
