@@ -200,7 +200,7 @@ def sweep_spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
 def trial_resources(data: Mapping[str, Any], where: str) -> tuple[float, float]:
     """The ``[resources]`` table of a sweep, ablation or search spec: (cpus, gpus) per trial."""
     resources = table(data, "resources", where)
-    refuse_unknown_keys(resources, _RESOURCE_KEYS, "[resources]")
+    refuse_unknown_keys(resources, _RESOURCE_KEYS, f"{where}: resources")
     cpus, gpus = resources.get("cpus", 1.0), resources.get("gpus", 0.0)
     check_resources(cpus, gpus, where)
     return float(cpus), float(gpus)

@@ -250,14 +250,11 @@ def _gate(data: Any, sources: Mapping[str, Source], base: Path) -> Gate:
     target = data.get("target", {})
     require(isinstance(target, Mapping), f"{key}.target", "a table {source = weight}")
     check_refs(tuple(target), sources, f"{key}.target", "source")
-    resources = data.get("resources", {})
-    require(isinstance(resources, Mapping), f"{key}.resources", "a table { cpus = N, gpus = N }")
-    refuse_unknown_keys(resources, {"cpus", "gpus"}, f"{key}.resources")
     if target:  # as the gate's ablation will check them, named by this file's keys
         check_weights(target, "target", key)
     trial_resources(data, key)
     return Gate(
         enabled, promote, seeds, float(alpha), config, overrides,
-        positive_int(data.get("nproc", 1), f"{key}.nproc"), dict(resources), dict(target),
+        positive_int(data.get("nproc", 1), f"{key}.nproc"), dict(data.get("resources", {})), dict(target),
         positive_int(data.get("heldout_documents", 20), f"{key}.heldout_documents"),
     )  # fmt: skip

@@ -118,6 +118,8 @@ def test_factory_run_refuses_a_bad_file_with_exit_2(tmp_path):
     ("extra", "gate", "message"),
     [
         ("", 'config = "%s"\nresources = { cpus = -1 }', r"refinement_gate: resources\.cpus must be a number > 0"),
+        ("", 'config = "%s"\nresources = { cpu = 2 }', r"refinement_gate: resources: unknown key\(s\) cpu; allowed"),
+        ("", 'config = "%s"\nresources = 2', r"refinement_gate: resources must be a table"),
         ("", 'config = "%s"\ntarget = { web = "x" }', r"refinement_gate: target\.web must be a number >= 0"),
         ('[mixtures.searched]\ncomponents = ["code", "web"]\nsearch = { config = "%s", set = ["optim.lrr=1"] }', "",
          r"mixtures\.searched\.search\.config: .*unknown key\(s\) lrr"),
