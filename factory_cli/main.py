@@ -88,6 +88,7 @@ def build_parser(selected: str | None) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
@@ -95,6 +96,15 @@ def build_parser(selected: str | None) -> argparse.ArgumentParser:
             add_common_arguments(command)
             importlib.import_module(module).add_arguments(command, name)
     return parser
+
+
+def _installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("model-factory")
+    except PackageNotFoundError:  # a checkout on PYTHONPATH, never installed
+        return "(not installed)"
 
 
 def run_command(name: str, argv: Sequence[str], prog: str | None = None) -> int:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,6 +39,8 @@ def test_help_lists_every_command_with_what_it_does():
     assert proc.returncode == 0
     for name, (_module, summary) in COMMANDS.items():
         assert f"    {name}" in proc.stdout and summary[:40] in proc.stdout
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert run_factory("--version").stdout == f"factory {version}\n"
     ingest_help = run_factory("ingest", "--help")
     assert "--max-doc-bytes" in ingest_help.stdout and "--run-id" in ingest_help.stdout
 
