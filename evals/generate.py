@@ -31,6 +31,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -134,6 +135,10 @@ def generate_tokens(
     """``generate``, each completion with the tokens drawn for it (``Sampled``)."""
     if samples < 1 or not 0 < top_p <= 1:
         raise ValueError(f"samples must be >= 1 and top_p in (0, 1], got {samples} and {top_p}")
+    if max_new_tokens < 1 or math.isnan(temperature):
+        raise ValueError(
+            f"max_new_tokens must be >= 1 and temperature a number, got {max_new_tokens} and {temperature}"
+        )
     seeds = [seeds] * len(prompts) if isinstance(seeds, int) else list(seeds)
     if len(seeds) != len(prompts):
         raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
@@ -210,10 +215,17 @@ def _logits(model: Transformer, cache: KVCache, new: list[list[int]], device: to
 def _choose(logits: torch.Tensor, settings: _Settings, generator: torch.Generator) -> torch.Tensor:
     if settings.temperature <= 0:
         return logits.argmax(dim=-1)
-    probabilities = torch.softmax(logits / settings.temperature, dim=-1)
+    probabilities = _tempered(logits, settings.temperature)
     if settings.top_p < 1:
         probabilities = _nucleus(probabilities, settings.top_p)
     return torch.multinomial(probabilities, 1, generator=generator).squeeze(1)
+
+
+def _tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The probabilities at ``temperature`` > 0. The largest logit is made 0 before dividing: a tiny
+    temperature then sends the others to -inf (probability 0), where the unshifted logits would
+    overflow to inf and softmax give NaN."""
+    return torch.softmax((logits - logits.max(dim=-1, keepdim=True).values) / temperature, dim=-1)
 
 
 def _nucleus(probabilities: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -269,7 +281,7 @@ def complete_by_recomputing(
         if temperature <= 0:
             chosen = logits.argmax(dim=-1)
         else:
-            chosen = torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator).squeeze(1)
+            chosen = torch.multinomial(_tempered(logits, temperature), 1, generator=generator).squeeze(1)
         context = torch.cat([context, chosen.unsqueeze(1)], dim=1)
         for row, token in enumerate(chosen.tolist()):
             if finished[row]:

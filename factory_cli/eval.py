@@ -4,6 +4,7 @@ every sample behind them to ``evals.samples``."""
 from __future__ import annotations
 
 import argparse
+import math
 
 from factory_cli.arguments import add_run_id_argument
 
@@ -32,16 +33,37 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "eval") -> None:
         "--max-new-tokens", type=_positive, default=128, help="humaneval: longest completion (default 128)"
     )
     parser.add_argument(
-        "--temperature", type=float, default=0.8, help="humaneval sampling temperature when --samples > 1"
+        "--temperature",
+        type=_temperature,
+        default=0.8,
+        help="humaneval sampling temperature when --samples > 1 (default 0.8; 0 is greedy)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=5.0, help="humaneval: wall-clock seconds per program (default 5)"
+        "--timeout", type=_seconds, default=5.0, help="humaneval: wall-clock seconds per program (default 5)"
     )
     parser.add_argument("--workers", type=_positive, default=None, help="programs run at once (default: CPU count)")
     parser.add_argument(
         "--threads", type=_positive, default=None, help="torch threads on CPU (default: $OMP_NUM_THREADS, else 1)"
     )
     add_run_id_argument(parser)
+
+
+def _temperature(text: str) -> float:
+    return _bounded(text, 0, "a number >= 0 (0 is greedy)")
+
+
+def _seconds(text: str) -> float:
+    return _bounded(text, math.ulp(0), "a number of seconds > 0")
+
+
+def _bounded(text: str, least: float, rule: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not least <= value < math.inf:  # NaN fails both
+        raise argparse.ArgumentTypeError(f"must be {rule}, got {text!r}")
+    return value
 
 
 def _positive(text: str) -> int:

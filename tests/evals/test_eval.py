@@ -169,3 +169,20 @@ def test_generation_is_the_references_on_the_checkpoint(trained_run):
     sampled = ours
     assert sampled == generate(model, tokenizer, prompts, device=cpu, seeds=seeds, batch_rows=16, **settings)
     assert len({c for completions in sampled for c in completions}) > 1  # draws over a near-uniform vocabulary differ
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--temperature", "nan", "must be a number >= 0"),
+        ("--temperature", "-1", "must be a number >= 0"),
+        ("--temperature", "inf", "must be a number >= 0"),
+        ("--timeout", "0", "must be a number of seconds > 0"),
+        ("--timeout", "abc", "must be a number of seconds > 0"),
+    ],
+)
+def test_sampling_settings_that_cannot_work_are_refused_before_the_checkpoint_is_read(option, value, message, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["eval", "no-such-checkpoint", "--suite", "humaneval", option, value])
+    assert exited.value.code == 2
+    assert f"argument {option}: {message}" in capsys.readouterr().err

@@ -142,3 +142,17 @@ def test_settings_that_cannot_work_are_refused():
         generate(model, tokenizer, ["ĀĀ"], samples=1, max_new_tokens=1, device=CPU, temperature=1.0, top_p=0.0)
     with pytest.raises(ValueError, match="2 seeds for 1 prompts"):
         generate(model, tokenizer, ["ĀĀ"], samples=1, max_new_tokens=1, device=CPU, seeds=[1, 2])
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+        generate(model, tokenizer, ["ĀĀ"], samples=1, max_new_tokens=0, device=CPU)
+    with pytest.raises(ValueError, match="temperature a number"):
+        generate(model, tokenizer, ["ĀĀ"], samples=1, max_new_tokens=1, device=CPU, temperature=float("nan"))
+
+
+@pytest.mark.parametrize("temperature", [1e-4, 1e-40, 1e-45])
+def test_a_tiny_temperature_samples_the_most_likely_token(temperature):
+    """Dividing the raw logits by 1e-40 overflows to inf, and softmax then gives NaN."""
+    model, tokenizer, prompts = _model(), _tokenizer(), _prompts()
+    greedy = generate(model, tokenizer, prompts, samples=2, max_new_tokens=12, device=CPU)
+    settings = {"samples": 2, "max_new_tokens": 12, "temperature": temperature}
+    assert generate(model, tokenizer, prompts, device=CPU, **settings) == greedy
+    assert _reference(model, tokenizer, prompts, **settings) == greedy
