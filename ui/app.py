@@ -190,7 +190,7 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
     @app.get("/runs/{key:path}/checkpoints/{step}", response_class=HTMLResponse)
     def checkpoint_page(key: str, step: str):
         run = sources.run(key)
-        if not step.isdigit():
+        if not (step.isascii() and step.isdigit()):  # "²" is a digit to isdigit, not to int
             raise BadRequest(f"checkpoint step must be a number, got {step!r}")
         step_dir = next((d for d in checkpoint_dirs(run) if d.name == f"step-{int(step)}"), None)
         if step_dir is None:

@@ -40,7 +40,7 @@ def find_checkpoints(sources: Sources, keys: list[str] | tuple[str, ...]) -> lis
     chosen = []
     for key in keys:
         run_key, _, step = key.rpartition("@")
-        if not run_key or not step.isdigit():
+        if not run_key or not (step.isascii() and step.isdigit()):
             raise BadRequest(f"a checkpoint is named <run>@<step>, e.g. runs/tiny@4; got {key!r}")
         if f"{run_key}@{int(step)}" not in found:
             raise NotFound(f"no complete checkpoint {key!r} under the UI's folders; its run's page lists them")

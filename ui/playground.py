@@ -65,6 +65,8 @@ def parse_ask(fields: dict[str, list[str]], *, new_seed: bool) -> Ask:
         return (fields.get(name) or [DEFAULTS.get(name, "")])[0].strip()
 
     prompt = limited({"prompt": (fields.get("prompt") or [""])[0]}, "prompt", PROMPT_MAX_CHARS, "prompt")
+    # A browser sends a textarea's line breaks as CRLF; the model was trained on the text's own LF.
+    prompt = prompt.replace("\r\n", "\n").replace("\r", "\n")
     checkpoints = tuple(c for c in fields.get("ckpt", []) if c)
     if not 1 <= len(checkpoints) <= MAX_CHECKPOINTS:
         raise BadRequest(f"choose 1 to {MAX_CHECKPOINTS} checkpoints, got {len(checkpoints)}")

@@ -333,6 +333,8 @@ def test_a_checkpoint_page_names_the_decisions_that_shaped_its_data(client, deci
     (factory_home / "runs" / "tiny" / "factory.json").write_text("{broken")
     broken = client.get("/runs/runs/tiny/checkpoints/4")
     assert broken.status_code == 200 and "decisions unavailable" in broken.text and "is not JSON" in broken.text
+    superscript = client.get("/runs/runs/tiny/checkpoints/%C2%B2")  # "²": a digit to str.isdigit, not to int
+    assert superscript.status_code == 400 and "checkpoint step must be a number" in superscript.text
 
 
 def test_a_decision_is_escaped_everywhere_it_is_shown(client, decided, catalog):

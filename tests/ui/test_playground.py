@@ -66,6 +66,14 @@ def test_model_output_and_the_prompt_are_shown_as_text(client):
     assert "default-src 'none'" in page.headers["content-security-policy"]
 
 
+def test_a_prompt_typed_in_a_browser_is_generated_with_the_line_breaks_the_model_knows(client):
+    """Browsers send a textarea's line breaks as CRLF (the HTML form encoding)."""
+    typed = {"ckpt": ["runs/tiny@2", "runs/tiny@1"], "max_new_tokens": "12"}
+    from_browser = completions(ask(client, prompt="def add(a, b):\r\n    return", **typed).text)
+    assert from_browser == completions(ask(client, prompt="def add(a, b):\n    return", **typed).text)
+    assert from_browser != completions(ask(client, prompt="def add(a, b):  return", **typed).text)
+
+
 def test_the_same_form_gives_the_same_completions_and_its_permalink_refills_it(client, made_home):
     sampled = {"prompt": "def add(a, b):", "ckpt": ["runs/tiny@2", "runs/tiny@1"], "temperature": "0.9"}
     first = ask(client, **sampled, top_p="0.95", seed="4242")
@@ -107,6 +115,7 @@ def test_a_playground_form_it_cannot_run_says_what_to_change(client, made_home):
     for fields, status, says in (
         ({"prompt": "hi", "ckpt": ["runs/nope@1"]}, 404, "no complete checkpoint 'runs/nope@1'"),
         ({"prompt": "hi", "ckpt": ["runs/tiny"]}, 400, "<run>@<step>"),
+        ({"prompt": "hi", "ckpt": ["runs/tiny@²"]}, 400, "<run>@<step>"),
         ({"prompt": "hi", "ckpt": ["runs/empty@3"]}, 400, "holds no model weights"),
         ({"prompt": "hi", "ckpt": ["runs/tiny@1"] * 5}, 400, "choose 1 to 4 checkpoints"),
         ({"prompt": "hi", "ckpt": []}, 400, "choose 1 to 4 checkpoints"),
