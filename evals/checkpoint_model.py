@@ -81,7 +81,7 @@ def load_checkpoint(path: str | Path, device: torch.device | None = None) -> Loa
     """The model of a complete checkpoint, ready to evaluate in this one process."""
     path = resolve_checkpoint(path)
     require_weights(path)
-    lineage = read_lineage(path)
+    lineage = read_lineage(path, with_config=True)
     device = device or default_device()
     manifest_path = lineage["manifest"]["path"]
     tokenizer_path = lineage["tokenizer"]["path"]

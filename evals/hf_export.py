@@ -265,7 +265,7 @@ def export_hf(
     output = Path(os.path.abspath(output))
     _check_output(output, force)
     path = resolve_checkpoint(checkpoint)
-    recorded = read_lineage(path)["config"].get("model", {})
+    recorded = read_lineage(path, with_config=True)["config"].get("model", {})
     refuse_unknown_fields(recorded, fields)
     hf_config(ModelConfig(**recorded), fields)  # refused before the weights are read
     loaded = load_checkpoint(path, torch.device("cpu"))

@@ -156,8 +156,18 @@ def _format_run(run: dict[str, Any], indent: str, lines: list[str]) -> None:
             lines.append(f"{indent}     from {entry.get('uri', entry)}")
 
 
-def read_lineage(path: str | Path) -> dict[str, Any]:
-    """The lineage of a checkpoint directory, or of a run directory's newest complete checkpoint."""
+# What the readers of a lineage take from it without looking: section → the keys it must hold.
+# ``config`` only where the model is built from it (``with_config``): lineage and the UI do without.
+_SECTIONS = {
+    "manifest": ("path", "fingerprint"),
+    "tokenizer": ("path", "sha256"),
+    "loader_position": ("next_global_batch", "sequences", "tokens"),
+}
+
+
+def read_lineage(path: str | Path, *, with_config: bool = False) -> dict[str, Any]:
+    """The lineage of a checkpoint directory, or of a run directory's newest complete checkpoint;
+    ``InputError`` naming what is missing if the file is not one."""
     file = checkpoint_dir(path) / "lineage.json"
     try:
         lineage = json.loads(file.read_text(encoding="utf-8"))
@@ -165,6 +175,15 @@ def read_lineage(path: str | Path) -> dict[str, Any]:
         raise InputError(f"{file} is not the JSON a checkpoint's lineage is ({exc}): the folder is damaged") from None
     if not isinstance(lineage, dict) or not isinstance(lineage.get("manifest"), dict):
         raise InputError(f"{file} is not a checkpoint's lineage (no manifest in it): the folder is damaged")
+    missing = [
+        f"{name}.{key}" for name, keys in _SECTIONS.items() for key in keys if key not in (lineage.get(name) or {})
+    ]
+    if not isinstance(lineage.get("step"), int):
+        missing.append("step")
+    if with_config and not isinstance(lineage.get("config"), dict):
+        missing.append("config")
+    if missing:
+        raise InputError(f"{file} lacks {', '.join(missing)} of a checkpoint's lineage: the folder is damaged")
     return lineage
 
 

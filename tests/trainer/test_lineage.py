@@ -200,7 +200,20 @@ def test_a_damaged_checkpoint_folder_is_refused_naming_what_is_wrong(tmp_path):
         assert "Traceback" not in done.stderr
     (folder / "lineage.json").write_text('{"x": 1}')
     assert "not a checkpoint's lineage (no manifest in it)" in run_factory("lineage", str(folder)).stderr
-    (folder / "lineage.json").write_text('{"manifest": {"path": "m.json"}}')
+    good = {
+        "step": 5, "manifest": {"path": "m.json", "fingerprint": "f" * 16},
+        "tokenizer": {"path": "tokenizer.json", "sha256": "f" * 64},
+        "loader_position": {"next_global_batch": 5, "sequences": 40, "tokens": 1280},
+    }  # fmt: skip
+    commands = {"lineage": (), "eval": (), "export": ("-o", str(tmp_path / "x"))}
+    for key, command in [("loader_position", "lineage"), ("step", "lineage"), *(("tokenizer", c) for c in commands)]:
+        (folder / "lineage.json").write_text(json.dumps({k: v for k, v in good.items() if k != key}))
+        done = run_factory(command, str(folder), *commands[command])
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (command, done.stderr[-2000:])
+        assert f"lacks {key}" in done.stderr, (command, done.stderr[-2000:])
+    (folder / "lineage.json").write_text(json.dumps(good))  # written by hand: no config to build the model from
+    done = run_factory("export", str(folder), "-o", str(tmp_path / "x"))
+    assert done.returncode == 2 and "lacks config of a checkpoint's lineage" in done.stderr, done.stderr[-2000:]
     (folder / ".metadata").unlink()  # what factory lineage does not need, and eval and export do
     done = run_factory("eval", str(folder))
     assert done.returncode == 2 and "is not a checkpoint (no .metadata" in done.stderr, done.stderr
