@@ -16,16 +16,22 @@ from lakehouse.errors import ConfigError, FactoryError
 # characters: lower-case letters, digits, "_", at most 48.
 NAME = re.compile(r"[a-z][a-z0-9_]{0,47}\Z")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# The training config keys the factory sets on every training it runs (a run, the gate's proxies, a
+# search's, an experiment's trials), whatever the config file says: a config is checked with these
+# placeholders, so one that leaves them out, as docs/factory.md says it may, loads.
+FACTORY_SET = ("data.manifest", "data.tokenizer", "run.dir")
+_PLACEHOLDERS = tuple(f"{name}='(set by the factory)'" for name in FACTORY_SET)
 
 
 def config_path(value: Any, key: str, base: Path, overrides: tuple[str, ...] = ()) -> str:
-    """A training config's absolute path, the config (with ``overrides``) checked by the trainer's own loader."""
+    """A training config's absolute path, the config (with ``overrides``) checked by the trainer's own
+    loader, the keys the factory sets (``FACTORY_SET``) filled by placeholders."""
     from trainer.config import load_config
 
     require(isinstance(value, str) and value, key, "a training config path")
     path = base / expand(value, key)
     try:
-        load_config(path, list(overrides))
+        load_config(path, [*_PLACEHOLDERS, *overrides])
     except FactoryError as exc:
         raise ConfigError(f"{key}: {exc}") from None
     return str(path.resolve())

@@ -143,3 +143,37 @@ def test_a_filter_config_path_expands_variables_from_the_definitions_folder(tmp_
     path = two_sources(tmp_path)
     path.write_text(path.read_text().replace('filter = "docs"', 'filter = "${FILTERS}/web.toml"', 1))
     assert load_definition(path).sources["web"].filter == str(folder / "web.toml")
+
+
+def _config_without_data(folder) -> str:
+    """configs/demo-train.toml without data.manifest and data.tokenizer, as docs/factory.md allows."""
+    folder.mkdir(parents=True, exist_ok=True)
+    text = (REPO / "configs" / "demo-train.toml").read_text()
+    kept = [line for line in text.splitlines() if not line.startswith(("manifest = ", "tokenizer = "))]
+    path = folder / "train.toml"
+    path.write_text("\n".join(kept) + "\n")
+    return str(path)
+
+
+def test_a_training_config_without_the_keys_the_factory_sets_loads_for_a_run_the_gate_and_a_search(tmp_path):
+    config = _config_without_data(tmp_path / "configs")
+    runs = f'[runs.small]\nconfig = "{config}"\nmixture = "both"\nset = ["train.steps=4"]\n'
+    gate = f'[policies.refinement_gate]\nenabled = true\nconfig = "{config}"\nset = ["train.steps=2"]\n'
+    extra = f"""
+[mixtures.searched]
+components = ["code", "web"]
+search = {{ config = "{config}", trials = 6, set = ["train.steps=2"] }}
+
+[experiments.ablations.lr]
+run = "small"
+seeds = 2
+variants = {{ low = {{ "optim.lr" = 0.001 }} }}
+"""
+    definition = load_definition(two_sources(tmp_path, runs=runs, gate=gate, extra=extra))
+    assert definition.runs["small"].config == config
+    assert definition.policies.refinement_gate.config == config
+    assert definition.mixtures["searched"].search["config"] == config
+    # Every other check of the config still happens when the definition loads.
+    bad = runs.replace("train.steps=4", "train.steps=0")
+    with pytest.raises(ConfigError, match=r"runs\.small\.config: train\.steps must be > 0"):
+        load_definition(two_sources(tmp_path / "bad", runs=bad))
