@@ -21,6 +21,15 @@ _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # placeholders, so one that leaves them out, as docs/factory.md says it may, loads.
 FACTORY_SET = ("data.manifest", "data.tokenizer", "run.dir")
 _PLACEHOLDERS = tuple(f"{name}='(set by the factory)'" for name in FACTORY_SET)
+# What the factory sets each key to: its own value comes after a `set`'s, or before it where a
+# `set` would win (a run), so a `set` of one is either ignored or breaks the factory's bookkeeping.
+OWNED = {
+    "data.manifest": "the manifest it trains on",
+    "data.tokenizer": "the factory's tokenizer",
+    "run.dir": "its run folder",
+    "run.seed": "each trial's seed, from `seeds`",
+    "eval.manifest": "the base manifest, so that every trial is evaluated on the same held-out split",
+}
 
 
 def config_path(value: Any, key: str, base: Path, overrides: tuple[str, ...] = ()) -> str:
@@ -35,6 +44,16 @@ def config_path(value: Any, key: str, base: Path, overrides: tuple[str, ...] = (
     except FactoryError as exc:
         raise ConfigError(f"{key}: {exc}") from None
     return str(path.resolve())
+
+
+def refuse_owned(overrides: tuple[str, ...], key: str, owned: tuple[str, ...] = FACTORY_SET) -> None:
+    """Refuse a ``set`` override of a key the factory sets (``owned``, explained by ``OWNED``)."""
+    for text in overrides:
+        name = text.partition("=")[0].strip()
+        if name in owned:
+            raise ConfigError(
+                f"{key}: {name} is set by the factory ({OWNED[name]}) and cannot be overridden; remove {text!r}"
+            )
 
 
 def location(value: str, key: str, base: Path) -> str:

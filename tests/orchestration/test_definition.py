@@ -177,3 +177,28 @@ variants = {{ low = {{ "optim.lr" = 0.001 }} }}
     bad = runs.replace("train.steps=4", "train.steps=0")
     with pytest.raises(ConfigError, match=r"runs\.small\.config: train\.steps must be > 0"):
         load_definition(two_sources(tmp_path / "bad", runs=bad))
+
+
+@pytest.mark.parametrize(
+    ("runs", "extra", "gate", "message"),
+    [
+        ('set = ["run.dir=/tmp/x"]', "", "", r"runs\.small\.set: run\.dir is set by the factory \(its run folder\)"),
+        ('set = ["data.manifest=\'m.json\'"]', "", "", r"runs\.small\.set: data\.manifest is set by the factory"),
+        ('set = [" data.tokenizer = \'t.json\'"]', "", "", r"runs\.small\.set: data\.tokenizer is set by the factory"),
+        ("", "", 'set = ["eval.manifest=\'m.json\'"]', r"refinement_gate\.set: eval\.manifest is set by the factory"),
+        ("", "", 'set = ["run.seed=3"]', r"refinement_gate\.set: run\.seed is set by the factory"),
+        ("", '[mixtures.searched]\ncomponents = ["code", "web"]\nsearch = { config = "%s", set = ["run.dir=x"] }', "",
+         r"mixtures\.searched\.search\.set: run\.dir is set by the factory"),
+        ("", '[experiments.ablations.lr]\nrun = "small"\nseeds = 2\nset = ["run.seed=1"]\n'
+             'variants = { low = { "optim.lr" = 0.001 } }', "", r"experiments\.ablations\.lr\.set: run\.seed is set by"),
+        ("", '[experiments.sweeps.lr]\nrun = "small"\nset = ["data.tokenizer=\'t.json\'"]\n'
+             'space = { "optim.lr" = [0.001, 0.01] }', "", r"experiments\.sweeps\.lr\.set: data\.tokenizer is set by"),
+    ],
+)  # fmt: skip
+def test_a_set_of_a_key_the_factory_sets_is_refused(tmp_path, runs, extra, gate, message):
+    config = REPO / "configs" / "demo-train.toml"
+    runs = f'[runs.small]\nconfig = "{config}"\nmixture = "both"\n{runs}\n'
+    gate = f'[policies.refinement_gate]\nconfig = "{config}"\n{gate}\n' if gate else ""
+    extra = extra % config if "%s" in extra else extra
+    with pytest.raises(ConfigError, match=message):
+        load_definition(two_sources(tmp_path, runs=runs, extra=extra, gate=gate))
