@@ -16,6 +16,7 @@ from orchestration.definition_values import (
     expand,
     is_int,
     is_number,
+    local_path,
     location,
     positive_int,
     require,
@@ -120,7 +121,7 @@ def _filter(value: Any, key: str, base: Path, source: str) -> str | None:
     from quality.config import load_config
 
     value = expand(value, key)
-    name = str((base / value).resolve()) if value.endswith(".toml") or "/" in value else value
+    name = str(local_path(value, base).resolve()) if value.endswith(".toml") or "/" in value else value
     try:
         config = load_config(name)
     except FactoryError as exc:

@@ -38,7 +38,7 @@ def config_path(value: Any, key: str, base: Path, overrides: tuple[str, ...] = (
     from trainer.config import load_config
 
     require(isinstance(value, str) and value, key, "a training config path")
-    path = base / expand(value, key)
+    path = local_path(expand(value, key), base)
     try:
         load_config(path, [*_PLACEHOLDERS, *overrides])
     except FactoryError as exc:
@@ -57,9 +57,15 @@ def refuse_owned(overrides: tuple[str, ...], key: str, owned: tuple[str, ...] = 
 
 
 def location(value: str, key: str, base: Path) -> str:
-    """A path or URI with ``${NAME}`` expanded; a relative local path made absolute from ``base``."""
-    value = expand(value, key)
-    return value if "://" in value else str((base / value).resolve())
+    """A path or URI with ``${NAME}`` expanded; a local path's ``~`` expanded, and made absolute from ``base``."""
+    expanded = expand(value, key)
+    return expanded if "://" in expanded else str(local_path(expanded, base).resolve())
+
+
+def local_path(expanded: str, base: Path) -> Path:
+    """A local path (its ``${NAME}`` expanded) with a leading ``~`` expanded as a shell would; a relative one
+    under ``base``."""
+    return base / Path(expanded).expanduser()
 
 
 def expand(value: str, key: str) -> str:

@@ -202,3 +202,19 @@ def test_a_set_of_a_key_the_factory_sets_is_refused(tmp_path, runs, extra, gate,
     extra = extra % config if "%s" in extra else extra
     with pytest.raises(ConfigError, match=message):
         load_definition(two_sources(tmp_path, runs=runs, extra=extra, gate=gate))
+
+
+def test_a_tilde_in_a_path_is_the_users_home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    config = _config_without_data(home / "configs")
+    (home / "filters").mkdir()
+    (home / "filters" / "web.toml").write_text((REPO / "quality" / "configs" / "docs.toml").read_text())
+    runs = '[runs.small]\nconfig = "~/configs/train.toml"\nmixture = "both"\n'
+    path = two_sources(tmp_path / "factory", runs=runs)
+    text = path.read_text().replace('paths = ["web"]', 'paths = ["~/prose"]', 1)
+    path.write_text(text.replace('filter = "docs"', 'filter = "~/filters/web.toml"', 1))
+    definition = load_definition(path)
+    assert definition.sources["web"].inputs[0].paths == (str(home / "prose"),)
+    assert definition.sources["web"].filter == str(home / "filters" / "web.toml")
+    assert definition.runs["small"].config == config
