@@ -28,7 +28,7 @@ from orchestration.definition import (
     Run,
     Source,
 )
-from orchestration.definition_sources import source_section, tokenizer_section
+from orchestration.definition_sources import check_table_clashes, source_section, tokenizer_section
 from orchestration.definition_values import (
     FACTORY_SET,
     NAME,
@@ -91,6 +91,7 @@ def _parse(data: Mapping[str, Any], path: Path) -> FactoryDefinition:
     base = path.parent
     sources = {name: source_section(name, value, base) for name, value in tables(data, "sources").items()}
     check(bool(sources), "sources: declare at least one [sources.NAME]")
+    check_table_clashes(sources)
     tokenizer = tokenizer_section(data.get("tokenizer", {}), sources)
     mixtures = {name: _mixture(name, value, sources, base) for name, value in tables(data, "mixtures").items()}
     runs = {name: _run(name, value, mixtures, base) for name, value in tables(data, "runs").items()}

@@ -218,3 +218,42 @@ def test_a_tilde_in_a_path_is_the_users_home(tmp_path, monkeypatch):
     assert definition.sources["web"].inputs[0].paths == (str(home / "prose"),)
     assert definition.sources["web"].filter == str(home / "filters" / "web.toml")
     assert definition.runs["small"].config == config
+
+
+def _add_source(path, name: str, dedup: str = "") -> None:
+    (path.parent / name).mkdir(exist_ok=True)
+    text = path.read_text().replace(
+        "[tokenizer]", f'[sources.{name}]\nformat = "files"\npaths = ["{name}"]\n{dedup}\n\n[tokenizer]'
+    )
+    path.write_text(text)
+
+
+def test_a_source_named_as_one_of_the_factorys_tables_is_refused_naming_both(tmp_path):
+    path = two_sources(tmp_path / "quarantine")
+    _add_source(path, "quarantine")
+    with pytest.raises(
+        ConfigError, match=r"sources\.quarantine: the name 'quarantine' is the factory's own: raw\.quarant"
+    ):
+        load_definition(path)
+    path = two_sources(tmp_path / "clusters")
+    _add_source(path, "code_clusters")
+    message = (
+        r"sources\.code_clusters: its table dedup\.code_clusters is also the dedup clusters table of sources\.code"
+    )
+    with pytest.raises(ConfigError, match=message):
+        load_definition(path)
+    path = two_sources(tmp_path / "no_clash")
+    _add_source(path, "code_clusters", dedup="dedup = false")  # no dedup.code_clusters of its own
+    _add_source(path, "web_clusters")  # web is not deduplicated: no dedup.web_clusters beside it
+    assert {"code_clusters", "web_clusters"} <= set(load_definition(path).sources)
+
+
+def test_the_reserved_table_names_are_the_jobs_own_defaults():
+    from lakehouse.refs import quarantine_identifier
+    from orchestration.definition_sources import CLUSTERS_SUFFIX, QUARANTINE, RESERVED
+    from pipelines.dedup import DedupOptions
+    from rl.build import SNAPSHOTS_TABLE
+
+    assert quarantine_identifier(("filtered", "web"), None) == ("filtered", QUARANTINE)
+    assert DedupOptions(inputs=["raw.code"], output="dedup.code").clusters_id == ("dedup", f"code{CLUSTERS_SUFFIX}")
+    assert SNAPSHOTS_TABLE.split(".") == ["raw", "rl_repositories"] and "rl_repositories" in RESERVED
