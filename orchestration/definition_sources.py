@@ -105,6 +105,7 @@ def _input(data: Any, key: str, base: Path) -> SourceInput:
         paths=tuple(location(p, f"{key}.paths", base) for p in paths),
         include=strings(data.get("include", []), f"{key}.include"),
         exclude=strings(data.get("exclude", []), f"{key}.exclude"),
+        key=key,
     )
 
 

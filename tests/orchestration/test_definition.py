@@ -257,3 +257,37 @@ def test_the_reserved_table_names_are_the_jobs_own_defaults():
     assert quarantine_identifier(("filtered", "web"), None) == ("filtered", QUARANTINE)
     assert DedupOptions(inputs=["raw.code"], output="dedup.code").clusters_id == ("dedup", f"code{CLUSTERS_SUFFIX}")
     assert SNAPSHOTS_TABLE.split(".") == ["raw", "rl_repositories"] and "rl_repositories" in RESERVED
+
+
+def test_factory_run_refuses_a_missing_local_input_before_any_step(tmp_path, factory_home):
+    path = two_sources(tmp_path)
+    (tmp_path / "code" / "a.py").write_text("x = 1\n")  # code's chain could run: it must not start
+    (tmp_path / "web" / "a.jsonl").write_text('{"id": "1", "text": "hello"}\n')
+    text = path.read_text()
+    path.write_text(text.replace('paths = ["web"]', 'paths = ["data/prose-missing", "s3://bucket/not-checked/"]', 1))
+    result = run_factory("run", str(path))
+    assert result.returncode == 2, result.stderr
+    missing = re.escape(f"error: {path}: sources.web.paths: {tmp_path / 'data' / 'prose-missing'} does not exist")
+    assert re.search(rf"^{missing}$", result.stderr, re.M), result.stderr
+    assert "· factory" not in result.stdout and not (factory_home / "warehouse").exists()
+    listed = run_factory("run", str(path), "--list")  # listing needs no input
+    assert listed.returncode == 0 and "web/raw" in listed.stdout, listed.stderr
+    path.write_text(text.replace('include = ["*.py"]', 'include = ["*.rs"]', 1))
+    result = run_factory("run", str(path))
+    assert result.returncode == 2, result.stderr
+    assert re.search(
+        rf"^error: {re.escape(str(path))}: sources\.code\.include: no files input files found", result.stderr, re.M
+    )
+    assert "· factory" not in result.stdout
+
+
+def test_factory_run_checks_the_inputs_of_the_sources_it_ingests_only(tmp_path):
+    import dagster as dg
+
+    from factory_cli.run import _ingested
+
+    definition = load_definition(two_sources(tmp_path))
+    assets = list(build_definitions(definition).assets)
+    assert _ingested(definition, assets, None) == ["code", "web"]
+    selection = dg.AssetSelection.assets(dg.AssetKey(["code", "production"])).upstream()
+    assert _ingested(definition, assets, selection) == ["code"]
