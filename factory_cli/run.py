@@ -56,6 +56,7 @@ def materialise(definition, select: Sequence[str] | None = None) -> None:
     import dagster as dg
 
     from orchestration.graph import build_definitions
+    from orchestration.sources import check_local_inputs
 
     defs = build_definitions(definition, runner=InProcessRunner())
     assets = list(defs.assets)
@@ -66,6 +67,7 @@ def materialise(definition, select: Sequence[str] | None = None) -> None:
         if unknown:
             raise ConfigError(f"--select: unknown asset(s) {', '.join(unknown)}; `factory run FILE --list` lists them")
         selection = dg.AssetSelection.assets(*[dg.AssetKey.from_user_string(s) for s in select]).upstream()
+    check_local_inputs(definition, _ingested(definition, assets, selection))
     with _instance() as instance:
         result = dg.materialize(
             assets,
@@ -84,6 +86,14 @@ def materialise(definition, select: Sequence[str] | None = None) -> None:
             raise FactoryError("the factory's run failed before any step ran (see the log above)")
         first = failures[0]
         raise FactoryError(f"step {first.step_key} failed: {_cause(first.step_failure_data.error)}")
+
+
+def _ingested(definition, assets: list, selection) -> list[str]:
+    """The sources whose raw asset this run materialises (all, or those ``selection`` reaches)."""
+    from orchestration.keys import step_key
+
+    chosen = None if selection is None else selection.resolve(assets)
+    return [name for name in definition.sources if chosen is None or step_key(name, "raw") in chosen]
 
 
 def _cause(error) -> str:

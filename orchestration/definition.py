@@ -25,6 +25,7 @@ class SourceInput:
     paths: tuple[str, ...]
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    key: str = field(default="", compare=False)  # the definition's key: sources.NAME or sources.NAME.inputs[N]
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,9 @@ from orchestration.definition import (
     Run,
     Source,
 )
-from orchestration.definition_sources import source_section, tokenizer_section
+from orchestration.definition_sources import check_table_clashes, source_section, tokenizer_section
 from orchestration.definition_values import (
+    FACTORY_SET,
     NAME,
     boolean,
     check,
@@ -39,6 +40,7 @@ from orchestration.definition_values import (
     is_int,
     is_number,
     positive_int,
+    refuse_owned,
     require,
     strings,
     tables,
@@ -60,6 +62,12 @@ POLICY_KEYS = {"refinement_gate", "mixture_redetermination", "ablation_adoption"
 GATE_KEYS = {"enabled", "promote", "seeds", "alpha", "config", "set", "nproc", "resources", "target",
              "heldout_documents"}  # fmt: skip
 SWITCH_KEYS = {"enabled"}
+# The training config keys the factory sets for each kind of training (besides FACTORY_SET), which
+# a `set` there may not override: an ablation's trials take their seeds from `seeds`; the gate's and
+# a search's trials train on other data, evaluated on the base manifest's held-out split.
+ABLATION_OWNED = (*FACTORY_SET, "run.seed")
+SEARCH_OWNED = (*FACTORY_SET, "eval.manifest")
+GATE_OWNED = (*FACTORY_SET, "run.seed", "eval.manifest")
 
 
 def load_definition(path: str | Path) -> FactoryDefinition:
@@ -83,6 +91,7 @@ def _parse(data: Mapping[str, Any], path: Path) -> FactoryDefinition:
     base = path.parent
     sources = {name: source_section(name, value, base) for name, value in tables(data, "sources").items()}
     check(bool(sources), "sources: declare at least one [sources.NAME]")
+    check_table_clashes(sources)
     tokenizer = tokenizer_section(data.get("tokenizer", {}), sources)
     mixtures = {name: _mixture(name, value, sources, base) for name, value in tables(data, "mixtures").items()}
     runs = {name: _run(name, value, mixtures, base) for name, value in tables(data, "runs").items()}
@@ -136,6 +145,7 @@ def _search(data: Any, key: str, components: tuple[str, ...], base: Path) -> dic
     refuse_unknown_keys(data, SEARCH_KEYS, key)
     check("config" in data, f"{key}.config: give the proxies' training config")
     overrides = strings(data.get("set", []), f"{key}.set")
+    refuse_owned(overrides, f"{key}.set", SEARCH_OWNED)
     spec = {**data, "config": config_path(data["config"], f"{key}.config", base, overrides)}
     unknown = sorted(set(spec.get("target", {})) - set(components))
     check(not unknown, f"{key}.target: unknown component(s) {', '.join(unknown)}; components: {', '.join(components)}")
@@ -153,6 +163,7 @@ def _run(name: str, data: Any, mixtures: Mapping[str, Mixture], base: Path) -> R
     check("config" in data and "mixture" in data, f"{key}: give `config` (a training config) and `mixture`")
     check_refs((data["mixture"],), mixtures, f"{key}.mixture", "mixture")
     overrides = strings(data.get("set", []), f"{key}.set")
+    refuse_owned(overrides, f"{key}.set")
     config = config_path(data["config"], f"{key}.config", base, overrides)
     return Run(name, config, data["mixture"], positive_int(data.get("nproc", 1), f"{key}.nproc"), overrides)
 
@@ -211,6 +222,7 @@ def _check_experiment_spec(kind: str, name: str, spec: Mapping[str, Any], run: R
         (check_spec if kind == "ablation" else sweep_spec_from_dict)(full)
     except FactoryError as exc:
         raise ConfigError(f"{key}: {exc}") from None
+    refuse_owned(tuple(spec.get("set", ())), f"{key}.set", ABLATION_OWNED if kind == "ablation" else FACTORY_SET)
     # Its trials train the run's config with the run's overrides and then its own (checked as strings above).
     config_path(run.config, f"{key}.set", Path("/"), (*run.set, *spec.get("set", ())))
 
@@ -245,6 +257,7 @@ def _gate(data: Any, sources: Mapping[str, Source], base: Path) -> Gate:
     alpha = data.get("alpha", 0.05)
     require(is_number(alpha) and 0 < alpha < 1, f"{key}.alpha", "a number in (0, 1)")
     overrides = strings(data.get("set", []), f"{key}.set")
+    refuse_owned(overrides, f"{key}.set", GATE_OWNED)
     check(not enabled or "config" in data, f"{key}.config: give the proxies' training config")
     config = config_path(data["config"], f"{key}.config", base, overrides) if "config" in data else ""
     target = data.get("target", {})

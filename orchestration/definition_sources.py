@@ -16,6 +16,7 @@ from orchestration.definition_values import (
     expand,
     is_int,
     is_number,
+    local_path,
     location,
     positive_int,
     require,
@@ -32,11 +33,22 @@ DEDUP_KEYS = {"threshold": float, "num_perm": int, "bands": int, "rows": int, "n
               "min_shingles": int, "fn_weight": float, "seed": int, "verify": bool}  # fmt: skip
 DECONTAMINATE_KEYS = {"suites", "ngram"}
 TOKENIZER_KEYS = {"vocab_size", "sources", "max_bytes", "min_frequency"}
+# Tables the steps write beside a source's own, in the same namespaces: a source of the same name
+# would be written into them (tests/orchestration/test_definition.py pins these to the jobs' defaults).
+QUARANTINE = "quarantine"  # lakehouse.refs.quarantine_identifier: <namespace of the output>.quarantine
+CLUSTERS_SUFFIX = "_clusters"  # pipelines.dedup.DedupOptions.clusters_id: <output>_clusters
+RESERVED = {
+    QUARANTINE: "raw.quarantine, filtered.quarantine and decontaminated.quarantine are the steps' quarantine tables",
+    "rl_repositories": "raw.rl_repositories is the table `factory rl build` ingests repositories into",
+}
 
 
 def source_section(name: str, data: Any, base: Path) -> Source:
     key = f"sources.{name}"
     check_name(name, key)
+    check(
+        name not in RESERVED, f"{key}: the name {name!r} is the factory's own: {RESERVED.get(name)}; rename the source"
+    )
     refuse_unknown_keys(data, SOURCE_KEYS, key)
     require(data.get("format") in FORMATS, f"{key}.format", f"one of {', '.join(FORMATS)}")
     if "inputs" in data:
@@ -70,6 +82,20 @@ def source_section(name: str, data: Any, base: Path) -> Source:
     )
 
 
+def check_table_clashes(sources: Mapping[str, Source]) -> None:
+    """Refuse a source one of whose tables is another source's dedup clusters table
+    (``sources.code_clusters`` beside a deduplicated ``sources.code``: both write ``dedup.code_clusters``)."""
+    clusters = {f"dedup.{s.name}{CLUSTERS_SUFFIX}": s.name for s in sources.values() if s.dedup is not None}
+    for source in sources.values():
+        for _, table in source.tables():
+            other = clusters.get(table)
+            check(
+                other is None,
+                f"sources.{source.name}: its table {table} is also the dedup clusters table of sources.{other}; "
+                "rename one of the two sources",
+            )
+
+
 def _input(data: Any, key: str, base: Path) -> SourceInput:
     require(isinstance(data, Mapping), key, "a table with paths, include, exclude")
     refuse_unknown_keys(data, INPUT_KEYS, key)
@@ -79,6 +105,7 @@ def _input(data: Any, key: str, base: Path) -> SourceInput:
         paths=tuple(location(p, f"{key}.paths", base) for p in paths),
         include=strings(data.get("include", []), f"{key}.include"),
         exclude=strings(data.get("exclude", []), f"{key}.exclude"),
+        key=key,
     )
 
 
@@ -120,7 +147,7 @@ def _filter(value: Any, key: str, base: Path, source: str) -> str | None:
     from quality.config import load_config
 
     value = expand(value, key)
-    name = str((base / value).resolve()) if value.endswith(".toml") or "/" in value else value
+    name = str(local_path(value, base).resolve()) if value.endswith(".toml") or "/" in value else value
     try:
         config = load_config(name)
     except FactoryError as exc:

@@ -16,25 +16,56 @@ from lakehouse.errors import ConfigError, FactoryError
 # characters: lower-case letters, digits, "_", at most 48.
 NAME = re.compile(r"[a-z][a-z0-9_]{0,47}\Z")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# The training config keys the factory sets on every training it runs (a run, the gate's proxies, a
+# search's, an experiment's trials), whatever the config file says: a config is checked with these
+# placeholders, so one that leaves them out, as docs/factory.md says it may, loads.
+FACTORY_SET = ("data.manifest", "data.tokenizer", "run.dir")
+_PLACEHOLDERS = tuple(f"{name}='(set by the factory)'" for name in FACTORY_SET)
+# What the factory sets each key to: its own value comes after a `set`'s, or before it where a
+# `set` would win (a run), so a `set` of one is either ignored or breaks the factory's bookkeeping.
+OWNED = {
+    "data.manifest": "the manifest it trains on",
+    "data.tokenizer": "the factory's tokenizer",
+    "run.dir": "its run folder",
+    "run.seed": "each trial's seed, from `seeds`",
+    "eval.manifest": "the base manifest, so that every trial is evaluated on the same held-out split",
+}
 
 
 def config_path(value: Any, key: str, base: Path, overrides: tuple[str, ...] = ()) -> str:
-    """A training config's absolute path, the config (with ``overrides``) checked by the trainer's own loader."""
+    """A training config's absolute path, the config (with ``overrides``) checked by the trainer's own
+    loader, the keys the factory sets (``FACTORY_SET``) filled by placeholders."""
     from trainer.config import load_config
 
     require(isinstance(value, str) and value, key, "a training config path")
-    path = base / expand(value, key)
+    path = local_path(expand(value, key), base)
     try:
-        load_config(path, list(overrides))
+        load_config(path, [*_PLACEHOLDERS, *overrides])
     except FactoryError as exc:
         raise ConfigError(f"{key}: {exc}") from None
     return str(path.resolve())
 
 
+def refuse_owned(overrides: tuple[str, ...], key: str, owned: tuple[str, ...] = FACTORY_SET) -> None:
+    """Refuse a ``set`` override of a key the factory sets (``owned``, explained by ``OWNED``)."""
+    for text in overrides:
+        name = text.partition("=")[0].strip()
+        if name in owned:
+            raise ConfigError(
+                f"{key}: {name} is set by the factory ({OWNED[name]}) and cannot be overridden; remove {text!r}"
+            )
+
+
 def location(value: str, key: str, base: Path) -> str:
-    """A path or URI with ``${NAME}`` expanded; a relative local path made absolute from ``base``."""
-    value = expand(value, key)
-    return value if "://" in value else str((base / value).resolve())
+    """A path or URI with ``${NAME}`` expanded; a local path's ``~`` expanded, and made absolute from ``base``."""
+    expanded = expand(value, key)
+    return expanded if "://" in expanded else str(local_path(expanded, base).resolve())
+
+
+def local_path(expanded: str, base: Path) -> Path:
+    """A local path (its ``${NAME}`` expanded) with a leading ``~`` expanded as a shell would; a relative one
+    under ``base``."""
+    return base / Path(expanded).expanduser()
 
 
 def expand(value: str, key: str) -> str:

@@ -8,11 +8,13 @@ The last step, ``production``, is the refinement gate (``orchestration.gate``): 
 the chain's newest snapshot becomes the one training reads.
 """
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
+from lakehouse.errors import ConfigError, InputError
 from orchestration.commands import printed, run_factory, run_id
 from orchestration.definition import FactoryDefinition, Source, SourceInput
 from orchestration.keys import step_key
@@ -65,6 +67,30 @@ def ingest_run_id(definition: FactoryDefinition, source: Source, n: int) -> str:
     files = discover(list(given.paths), source.format, given.include, given.exclude)
     listing = [(f.relpath, f.size) for f in files]
     return run_id(f"{definition.name}-{source.name}-ingest{n}", listing, source.format, source.record_options)
+
+
+def check_local_inputs(definition: FactoryDefinition, names: Iterable[str]) -> None:
+    """Refuse (``ConfigError`` naming the file and the key) a named source's local input path that
+    does not exist, or a local input whose patterns match no file.
+
+    For `factory run`, before any step: found at the source's ingest instead, it would come after
+    other sources' chains had run. URIs are not listed here (that is the ingest's work, with its
+    credentials). Under Dagster's daemon nothing is refused: a source's files may arrive later, and
+    its sensor looks again at each tick."""
+    from pipelines.ingest_inputs import discover
+
+    for name in names:
+        for given in definition.sources[name].inputs:
+            local = [path for path in given.paths if "://" not in path]
+            for path in local:
+                if not Path(path).exists():
+                    raise ConfigError(f"{definition.path}: {given.key}.paths: {path} does not exist")
+            if len(local) == len(given.paths):
+                try:
+                    discover(list(given.paths), definition.sources[name].format, given.include, given.exclude)
+                except InputError as exc:
+                    field = "include" if given.include else "paths"
+                    raise ConfigError(f"{definition.path}: {given.key}.{field}: {exc}") from None
 
 
 def ingest_argv(source: Source, given: SourceInput) -> list[str]:

@@ -143,3 +143,151 @@ def test_a_filter_config_path_expands_variables_from_the_definitions_folder(tmp_
     path = two_sources(tmp_path)
     path.write_text(path.read_text().replace('filter = "docs"', 'filter = "${FILTERS}/web.toml"', 1))
     assert load_definition(path).sources["web"].filter == str(folder / "web.toml")
+
+
+def _config_without_data(folder) -> str:
+    """configs/demo-train.toml without data.manifest and data.tokenizer, as docs/factory.md allows."""
+    folder.mkdir(parents=True, exist_ok=True)
+    text = (REPO / "configs" / "demo-train.toml").read_text()
+    kept = [line for line in text.splitlines() if not line.startswith(("manifest = ", "tokenizer = "))]
+    path = folder / "train.toml"
+    path.write_text("\n".join(kept) + "\n")
+    return str(path)
+
+
+def test_a_training_config_without_the_keys_the_factory_sets_loads_for_a_run_the_gate_and_a_search(tmp_path):
+    config = _config_without_data(tmp_path / "configs")
+    runs = f'[runs.small]\nconfig = "{config}"\nmixture = "both"\nset = ["train.steps=4"]\n'
+    gate = f'[policies.refinement_gate]\nenabled = true\nconfig = "{config}"\nset = ["train.steps=2"]\n'
+    extra = f"""
+[mixtures.searched]
+components = ["code", "web"]
+search = {{ config = "{config}", trials = 6, set = ["train.steps=2"] }}
+
+[experiments.ablations.lr]
+run = "small"
+seeds = 2
+variants = {{ low = {{ "optim.lr" = 0.001 }} }}
+"""
+    definition = load_definition(two_sources(tmp_path, runs=runs, gate=gate, extra=extra))
+    assert definition.runs["small"].config == config
+    assert definition.policies.refinement_gate.config == config
+    assert definition.mixtures["searched"].search["config"] == config
+    # Every other check of the config still happens when the definition loads.
+    bad = runs.replace("train.steps=4", "train.steps=0")
+    with pytest.raises(ConfigError, match=r"runs\.small\.config: train\.steps must be > 0"):
+        load_definition(two_sources(tmp_path / "bad", runs=bad))
+
+
+@pytest.mark.parametrize(
+    ("runs", "extra", "gate", "message"),
+    [
+        ('set = ["run.dir=/tmp/x"]', "", "", r"runs\.small\.set: run\.dir is set by the factory \(its run folder\)"),
+        ('set = ["data.manifest=\'m.json\'"]', "", "", r"runs\.small\.set: data\.manifest is set by the factory"),
+        ('set = [" data.tokenizer = \'t.json\'"]', "", "", r"runs\.small\.set: data\.tokenizer is set by the factory"),
+        ("", "", 'set = ["eval.manifest=\'m.json\'"]', r"refinement_gate\.set: eval\.manifest is set by the factory"),
+        ("", "", 'set = ["run.seed=3"]', r"refinement_gate\.set: run\.seed is set by the factory"),
+        ("", '[mixtures.searched]\ncomponents = ["code", "web"]\nsearch = { config = "%s", set = ["run.dir=x"] }', "",
+         r"mixtures\.searched\.search\.set: run\.dir is set by the factory"),
+        ("", '[experiments.ablations.lr]\nrun = "small"\nseeds = 2\nset = ["run.seed=1"]\n'
+             'variants = { low = { "optim.lr" = 0.001 } }', "", r"experiments\.ablations\.lr\.set: run\.seed is set by"),
+        ("", '[experiments.sweeps.lr]\nrun = "small"\nset = ["data.tokenizer=\'t.json\'"]\n'
+             'space = { "optim.lr" = [0.001, 0.01] }', "", r"experiments\.sweeps\.lr\.set: data\.tokenizer is set by"),
+    ],
+)  # fmt: skip
+def test_a_set_of_a_key_the_factory_sets_is_refused(tmp_path, runs, extra, gate, message):
+    config = REPO / "configs" / "demo-train.toml"
+    runs = f'[runs.small]\nconfig = "{config}"\nmixture = "both"\n{runs}\n'
+    gate = f'[policies.refinement_gate]\nconfig = "{config}"\n{gate}\n' if gate else ""
+    extra = extra % config if "%s" in extra else extra
+    with pytest.raises(ConfigError, match=message):
+        load_definition(two_sources(tmp_path, runs=runs, extra=extra, gate=gate))
+
+
+def test_a_tilde_in_a_path_is_the_users_home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    config = _config_without_data(home / "configs")
+    (home / "filters").mkdir()
+    (home / "filters" / "web.toml").write_text((REPO / "quality" / "configs" / "docs.toml").read_text())
+    runs = '[runs.small]\nconfig = "~/configs/train.toml"\nmixture = "both"\n'
+    path = two_sources(tmp_path / "factory", runs=runs)
+    text = path.read_text().replace('paths = ["web"]', 'paths = ["~/prose"]', 1)
+    path.write_text(text.replace('filter = "docs"', 'filter = "~/filters/web.toml"', 1))
+    definition = load_definition(path)
+    assert definition.sources["web"].inputs[0].paths == (str(home / "prose"),)
+    assert definition.sources["web"].filter == str(home / "filters" / "web.toml")
+    assert definition.runs["small"].config == config
+
+
+def _add_source(path, name: str, dedup: str = "") -> None:
+    (path.parent / name).mkdir(exist_ok=True)
+    text = path.read_text().replace(
+        "[tokenizer]", f'[sources.{name}]\nformat = "files"\npaths = ["{name}"]\n{dedup}\n\n[tokenizer]'
+    )
+    path.write_text(text)
+
+
+def test_a_source_named_as_one_of_the_factorys_tables_is_refused_naming_both(tmp_path):
+    path = two_sources(tmp_path / "quarantine")
+    _add_source(path, "quarantine")
+    with pytest.raises(
+        ConfigError, match=r"sources\.quarantine: the name 'quarantine' is the factory's own: raw\.quarant"
+    ):
+        load_definition(path)
+    path = two_sources(tmp_path / "clusters")
+    _add_source(path, "code_clusters")
+    message = (
+        r"sources\.code_clusters: its table dedup\.code_clusters is also the dedup clusters table of sources\.code"
+    )
+    with pytest.raises(ConfigError, match=message):
+        load_definition(path)
+    path = two_sources(tmp_path / "no_clash")
+    _add_source(path, "code_clusters", dedup="dedup = false")  # no dedup.code_clusters of its own
+    _add_source(path, "web_clusters")  # web is not deduplicated: no dedup.web_clusters beside it
+    assert {"code_clusters", "web_clusters"} <= set(load_definition(path).sources)
+
+
+def test_the_reserved_table_names_are_the_jobs_own_defaults():
+    from lakehouse.refs import quarantine_identifier
+    from orchestration.definition_sources import CLUSTERS_SUFFIX, QUARANTINE, RESERVED
+    from pipelines.dedup import DedupOptions
+    from rl.build import SNAPSHOTS_TABLE
+
+    assert quarantine_identifier(("filtered", "web"), None) == ("filtered", QUARANTINE)
+    assert DedupOptions(inputs=["raw.code"], output="dedup.code").clusters_id == ("dedup", f"code{CLUSTERS_SUFFIX}")
+    assert SNAPSHOTS_TABLE.split(".") == ["raw", "rl_repositories"] and "rl_repositories" in RESERVED
+
+
+def test_factory_run_refuses_a_missing_local_input_before_any_step(tmp_path, factory_home):
+    path = two_sources(tmp_path)
+    (tmp_path / "code" / "a.py").write_text("x = 1\n")  # code's chain could run: it must not start
+    (tmp_path / "web" / "a.jsonl").write_text('{"id": "1", "text": "hello"}\n')
+    text = path.read_text()
+    path.write_text(text.replace('paths = ["web"]', 'paths = ["data/prose-missing", "s3://bucket/not-checked/"]', 1))
+    result = run_factory("run", str(path))
+    assert result.returncode == 2, result.stderr
+    missing = re.escape(f"error: {path}: sources.web.paths: {tmp_path / 'data' / 'prose-missing'} does not exist")
+    assert re.search(rf"^{missing}$", result.stderr, re.M), result.stderr
+    assert "· factory" not in result.stdout and not (factory_home / "warehouse").exists()
+    listed = run_factory("run", str(path), "--list")  # listing needs no input
+    assert listed.returncode == 0 and "web/raw" in listed.stdout, listed.stderr
+    path.write_text(text.replace('include = ["*.py"]', 'include = ["*.rs"]', 1))
+    result = run_factory("run", str(path))
+    assert result.returncode == 2, result.stderr
+    assert re.search(
+        rf"^error: {re.escape(str(path))}: sources\.code\.include: no files input files found", result.stderr, re.M
+    )
+    assert "· factory" not in result.stdout
+
+
+def test_factory_run_checks_the_inputs_of_the_sources_it_ingests_only(tmp_path):
+    import dagster as dg
+
+    from factory_cli.run import _ingested
+
+    definition = load_definition(two_sources(tmp_path))
+    assets = list(build_definitions(definition).assets)
+    assert _ingested(definition, assets, None) == ["code", "web"]
+    selection = dg.AssetSelection.assets(dg.AssetKey(["code", "production"])).upstream()
+    assert _ingested(definition, assets, selection) == ["code"]
