@@ -4,15 +4,17 @@ nothing downstream of it runs."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import dagster as dg
 import pytest
 
 from orchestration.definition_load import load_definition
 from orchestration.graph import build_definitions
-from tests.orchestration.definitions import two_sources
+from tests.orchestration.definitions import DEMO_TRAIN, two_sources
 
-pytestmark = pytest.mark.engine  # real Dagster, `factory` subprocesses
+pytestmark = pytest.mark.engine  # real Dagster, `factory` subprocesses, torchrun
 
 
 def test_a_failed_ingest_fails_its_asset_with_the_commands_error_and_runs_nothing_after_it(factory_home, tmp_path):
@@ -37,3 +39,44 @@ def test_a_failed_ingest_fails_its_asset_with_the_commands_error_and_runs_nothin
     assert not result.get_asset_materialization_events()  # filtered, production, mixture, run: none ran
     started = {e.step_key for e in result.all_events if e.event_type_value == "STEP_START"}
     assert started == {"web__raw"}
+
+
+def test_a_training_run_that_fails_in_a_rank_fails_its_step_with_the_ranks_error(tmp_path):
+    """`factory run` calls `factory train` in its own process (``InProcessRunner``), and torchrun's
+    ranks are processes of their own: the rank's ``error`` line must still reach the step's failure,
+    not only the terminal."""
+    from factory_cli.run import InProcessRunner
+    from orchestration.commands import run_factory
+
+    argv = ["train", "--config", str(DEMO_TRAIN), "--nproc", "1", *_data_that_is_gone(tmp_path)]
+    context = dg.build_op_context(resources={"commands": InProcessRunner()})
+    with context, pytest.raises(dg.Failure) as failed:
+        run_factory(context, argv)
+    assert re.fullmatch(
+        r"factory train exited with 2: error \(rank 0\): component 'prose': 1 data file\(s\) .* are missing .*",
+        failed.value.description,
+    ), failed.value.description
+
+
+def _data_that_is_gone(folder: Path) -> list[str]:
+    """``--set`` overrides for a tokenizer and a manifest whose one data file is gone: refused by a
+    rank when it starts reading, after torchrun started it."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from mixtures.manifest import ComponentManifest, DataFile, Manifest
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=alphabet)
+    tokenizer.train_from_iterator(["a few words of prose"] * 10, trainer)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    files = (DataFile((folder / "gone.parquet").as_uri(), 100, (100,), 10_000, 10_000),)
+    Manifest("m", 0, (ComponentManifest("prose", "raw.prose", 1, 1.0, files, {}),), {"name": "t"}).save(
+        folder / "manifest.json"
+    )
+    return [f"--set=data.{key}='{folder / f'{key}.json'}'" for key in ("manifest", "tokenizer")] + [
+        f"--set=run.dir='{folder / 'run'}'",
+        "--set=data.num_shards=1",
+    ]
