@@ -10,8 +10,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from lakehouse.errors import FactoryError, InputError
 from orchestration.definition_load import load_definition
 from orchestration.graph import build_definitions
+from tests.conftest import run_factory as factory_cli
 from tests.orchestration.definitions import DEMO_TRAIN, two_sources
 
 pytestmark = pytest.mark.engine  # real Dagster, `factory` subprocesses, torchrun
@@ -80,3 +82,72 @@ def _data_that_is_gone(folder: Path) -> list[str]:
         f"--set=run.dir='{folder / 'run'}'",
         "--set=data.num_shards=1",
     ]
+
+
+def test_factory_run_says_a_failed_step_once_in_one_error_line_without_dagsters_log(factory_home, tmp_path):
+    path = two_sources(tmp_path)
+    (tmp_path / "web").rmdir()  # the raw step fails in process, before any command or Spark starts
+    done = factory_cli("run", str(path), "--select", "web/raw")
+    assert done.returncode == 2, done.stderr[-3000:]
+    said = done.stdout + done.stderr
+    assert said.strip() == f"error: step web__raw failed: input {tmp_path / 'web'} does not exist", said[-3000:]
+    verbose = factory_cli("run", str(path), "--select", "web/raw", "-v")
+    assert verbose.returncode == 2 and "STEP_FAILURE" in verbose.stderr and "Stack Trace" in verbose.stderr
+
+
+def _chained() -> None:
+    try:
+        Path("/nonexistent/file").read_text()
+    except OSError as exc:
+        raise InputError("cannot read /nonexistent/file") from exc
+
+
+def _failure() -> None:
+    raise dg.Failure(description="factory ingest exited with 2: error: no id field")
+
+
+def _bug() -> None:
+    raise KeyError("bug")
+
+
+@pytest.mark.parametrize(
+    ("fail", "said"),
+    [
+        (_failure, "factory ingest exited with 2: error: no id field"),
+        (_chained, "cannot read /nonexistent/file"),  # our error, not the OSError it was raised from
+        (_bug, "KeyError: 'bug'"),  # not ours: its class says what it is
+    ],
+)
+def test_a_failed_steps_error_is_its_own_message_without_dagsters_or_our_class_names(fail, said):
+    from factory_cli.run import report
+
+    @dg.asset
+    def step() -> None:
+        fail()
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = dg.materialize([step], instance=instance, raise_on_error=False)
+    with pytest.raises(FactoryError) as failed:
+        report(result)
+    assert str(failed.value) == f"step step failed: {said}"
+
+
+def test_what_a_skipped_step_waits_for_is_printed_with_the_steps_not_run(capsys):
+    from factory_cli.run import report, step_warnings
+
+    @dg.asset(output_required=False)
+    def mixture(context):  # annotated, Dagster would read the annotation as a string
+        context.log.warning("mixture both waits, and the runs on it: web has no production snapshot")
+        yield from ()
+
+    @dg.asset(deps=[mixture])
+    def run() -> None:
+        raise AssertionError("a step whose input was not made runs")
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = dg.materialize([mixture, run], instance=instance, raise_on_error=False)
+        assert step_warnings(instance, result.run_id) == [
+            ("mixture", "mixture both waits, and the runs on it: web has no production snapshot")
+        ]
+    report(result)
+    assert "not run, waiting for what they need (see the warnings above): run" in capsys.readouterr().out
