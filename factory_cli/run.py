@@ -51,19 +51,21 @@ def run(args: argparse.Namespace) -> int:
             for key in asset.keys:
                 print(f"{key.to_user_string():<32} {asset.descriptions_by_key.get(key, '').splitlines()[0]}")
         return 0
-    materialise(definition, args.select, verbose=args.verbose)
+    materialise(definition, args.select, verbose=args.verbose, quiet=args.quiet)
     return 0
 
 
-def materialise(definition, select: Sequence[str] | None = None, *, verbose: bool = False) -> None:
+def materialise(definition, select: Sequence[str] | None = None, *, verbose: bool = False, quiet: bool = False) -> None:
     """Every asset (or ``select`` and what it needs) once, in process; ``FactoryError`` naming the
     first step that failed and its error. Dagster's own log only when ``verbose``: a failed step's
-    event carries its stack trace, and the error is said once, by the ``FactoryError``."""
+    event carries its stack trace, and the error is said once, by the ``FactoryError``. A run that
+    found nothing to do says so in one line, unless ``quiet``."""
     import dagster as dg
 
     from orchestration.graph import build_definitions
 
-    defs = build_definitions(definition, runner=InProcessRunner())
+    runner = InProcessRunner()
+    defs = build_definitions(definition, runner=runner)
     assets = list(defs.assets)
     with _instance() as instance:
         result = dg.materialize(
@@ -77,7 +79,12 @@ def materialise(definition, select: Sequence[str] | None = None, *, verbose: boo
         if not verbose:  # the steps' own warnings (what a skipped step waits for), which Dagster's log would show
             for step, message in step_warnings(instance, result.run_id):
                 print(f"warning: {step}: {message}", file=sys.stderr, flush=True)
-    report(result)
+    skipped = report(result)
+    # Each step works through a command, but the gate, which promotes what a refine command made:
+    # none ran, so no step had anything new.
+    if not (quiet or runner.ran or skipped):
+        checked = len(result.get_asset_materialization_events())
+        print(f"nothing new: {checked} asset(s) checked, all up to date", flush=True)
 
 
 def _selection(assets: list, select: Sequence[str] | None):
@@ -101,8 +108,9 @@ def step_warnings(instance, run_id: str) -> list[tuple[str, str]]:
     ]
 
 
-def report(result) -> None:
-    """The steps left waiting; a ``FactoryError`` naming the first step that failed and why."""
+def report(result) -> list[str]:
+    """Print the steps left waiting and return them; a ``FactoryError`` naming the first step that
+    failed and why."""
     skipped = [e.step_key for e in result.all_events if e.event_type_value == "STEP_SKIPPED"]
     if skipped:
         print(f"\nnot run, waiting for what they need (see the warnings above): {', '.join(skipped)}", flush=True)
@@ -114,6 +122,7 @@ def report(result) -> None:
             raise FactoryError(f"the factory's run failed before any step ran: {cause} (`factory run -v` shows more)")
         first = failures[0]
         raise FactoryError(f"step {first.step_key} failed: {_cause(first.step_failure_data.error)}")
+    return skipped
 
 
 def _cause(error) -> str:
@@ -158,11 +167,15 @@ def _instance():
 
 class InProcessRunner:
     """Runs a `factory` command in this process (``main.run_command``), its output shown as it is
-    printed and kept for Dagster's log and error message."""
+    printed and kept for Dagster's log and error message; ``ran`` counts the commands."""
+
+    def __init__(self) -> None:
+        self.ran = 0
 
     def __call__(self, argv: Sequence[str], log: Callable[[str], None]) -> tuple[int, str]:
         from factory_cli.main import run_command
 
+        self.ran += 1
         print(f"\n· factory {' '.join(argv)}", flush=True)
         started = time.monotonic()
         kept = io.StringIO()
