@@ -162,14 +162,31 @@ def _execute(module, args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     as_program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        code, command = _main(argv)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not in the interpreter's teardown
+    except BrokenPipeError:
+        return _stdout_closed()
+    if as_program and command in QUICK_EXIT_COMMANDS:
+        _exit_now(code)
+    return code
+
+
+def _main(argv: list[str]) -> tuple[int, str]:
     selected = next((a for a in argv if not a.startswith("-")), None)
     _start_spark_early(selected, argv)
     parser = build_parser(selected if selected in COMMANDS else None)
     args = parser.parse_args(argv)
-    code = _execute(importlib.import_module(COMMANDS[args.command][0]), args)
-    if as_program and args.command in QUICK_EXIT_COMMANDS:
-        _exit_now(code)
-    return code
+    return _execute(importlib.import_module(COMMANDS[args.command][0]), args), args.command
+
+
+def _stdout_closed() -> int:
+    """The reader of our output went away (``factory show t | head -1``): stop quietly, as CLIs
+    do, with Python's documented recipe: stdout onto /dev/null, so that the interpreter's last
+    flush of what is still buffered finds a stream that takes it, and exit status 1."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 1
 
 
 def _exit_now(code: int) -> None:

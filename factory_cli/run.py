@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "run") -> None:
         help="only these assets and what they need upstream, e.g. code/production mixture/main (default: all)",
     )  # fmt: skip
     parser.add_argument("--list", action="store_true", help="list the assets and exit")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="also print Dagster's own log: each step's events, a failed step's stack trace",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,27 +51,24 @@ def run(args: argparse.Namespace) -> int:
             for key in asset.keys:
                 print(f"{key.to_user_string():<32} {asset.descriptions_by_key.get(key, '').splitlines()[0]}")
         return 0
-    materialise(definition, args.select)
+    materialise(definition, args.select, verbose=args.verbose, quiet=args.quiet)
     return 0
 
 
-def materialise(definition, select: Sequence[str] | None = None) -> None:
+def materialise(definition, select: Sequence[str] | None = None, *, verbose: bool = False, quiet: bool = False) -> None:
     """Every asset (or ``select`` and what it needs) once, in process; ``FactoryError`` naming the
-    first step that failed and its error."""
+    first step that failed and its error. Dagster's own log only when ``verbose``: a failed step's
+    event carries its stack trace, and the error is said once, by the ``FactoryError``. A run that
+    found nothing to do says so in one line, unless ``quiet``."""
     import dagster as dg
 
     from orchestration.graph import build_definitions
     from orchestration.sources import check_local_inputs
 
-    defs = build_definitions(definition, runner=InProcessRunner())
+    runner = InProcessRunner()
+    defs = build_definitions(definition, runner=runner)
     assets = list(defs.assets)
-    selection = None
-    if select:
-        known = {k.to_user_string() for a in assets for k in a.keys}
-        unknown = sorted(set(select) - known)
-        if unknown:
-            raise ConfigError(f"--select: unknown asset(s) {', '.join(unknown)}; `factory run FILE --list` lists them")
-        selection = dg.AssetSelection.assets(*[dg.AssetKey.from_user_string(s) for s in select]).upstream()
+    selection = _selection(assets, select)
     check_local_inputs(definition, _ingested(definition, assets, selection))
     with _instance() as instance:
         result = dg.materialize(
@@ -75,17 +77,55 @@ def materialise(definition, select: Sequence[str] | None = None) -> None:
             resources=defs.resources,
             selection=selection,
             raise_on_error=False,
-            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            run_config={"loggers": {"console": {"config": {"log_level": "INFO" if verbose else "CRITICAL"}}}},
         )
+        if not verbose:  # the steps' own warnings (what a skipped step waits for), which Dagster's log would show
+            for step, message in step_warnings(instance, result.run_id):
+                print(f"warning: {step}: {message}", file=sys.stderr, flush=True)
+    skipped = report(result)
+    # Each step works through a command, but the gate, which promotes what a refine command made:
+    # none ran, so no step had anything new.
+    if not (quiet or runner.ran or skipped):
+        checked = len(result.get_asset_materialization_events())
+        print(f"nothing new: {checked} asset(s) checked, all up to date", flush=True)
+
+
+def _selection(assets: list, select: Sequence[str] | None):
+    import dagster as dg
+
+    if not select:
+        return None
+    known = {k.to_user_string() for a in assets for k in a.keys}
+    unknown = sorted(set(select) - known)
+    if unknown:
+        raise ConfigError(f"--select: unknown asset(s) {', '.join(unknown)}; `factory run FILE --list` lists them")
+    return dg.AssetSelection.assets(*[dg.AssetKey.from_user_string(s) for s in select]).upstream()
+
+
+def step_warnings(instance, run_id: str) -> list[tuple[str, str]]:
+    """(step, message) of each warning or error a step logged itself, not Dagster's events."""
+    return [
+        (entry.step_key or "run", entry.user_message)
+        for entry in instance.all_logs(run_id)
+        if entry.dagster_event is None and entry.level >= logging.WARNING
+    ]
+
+
+def report(result) -> list[str]:
+    """Print the steps left waiting and return them; a ``FactoryError`` naming the first step that
+    failed and why."""
     skipped = [e.step_key for e in result.all_events if e.event_type_value == "STEP_SKIPPED"]
     if skipped:
         print(f"\nnot run, waiting for what they need (see the warnings above): {', '.join(skipped)}", flush=True)
     if not result.success:
         failures = result.get_step_failure_events()
         if not failures:
-            raise FactoryError("the factory's run failed before any step ran (see the log above)")
+            failed = result.get_run_failure_event()
+            cause = _cause(getattr(failed.event_specific_data, "error", None)) if failed else "failed"
+            raise FactoryError(f"the factory's run failed before any step ran: {cause} (`factory run -v` shows more)")
         first = failures[0]
         raise FactoryError(f"step {first.step_key} failed: {_cause(first.step_failure_data.error)}")
+    return skipped
 
 
 def _ingested(definition, assets: list, selection) -> list[str]:
@@ -97,13 +137,27 @@ def _ingested(definition, assets: list, selection) -> list[str]:
 
 
 def _cause(error) -> str:
-    """The innermost error's message (Dagster wraps a step's own error in its execution error)."""
+    """The step's own error, its first line: Dagster wraps it in errors of its own (``Dagster…``),
+    and the class of one of ours (``lakehouse.errors.InputError``, ``dagster.Failure`` whose message
+    is the command's ``error:`` line) says nothing the message does not; another's (a bug's
+    ``KeyError``) is kept."""
     if error is None:
         return "failed"
-    while error.cause is not None:
+    while error.cause is not None and error.cls_name.startswith("Dagster"):
         error = error.cause
-    message = error.message.strip().splitlines()[0] if error.message.strip() else error.cls_name
-    return message.split(": ", 1)[1] if message.startswith(("dagster.", f"{error.cls_name}:")) else message
+    line = error.message.strip().splitlines()[0] if error.message.strip() else error.cls_name
+    qualified, colon, message = line.partition(": ")
+    return message if colon and _ours(qualified) else line
+
+
+def _ours(qualified: str) -> bool:
+    """``qualified`` names a FactoryError or Dagster's Failure. The class was raised in this process,
+    so its module is loaded: nothing is imported to tell."""
+    import dagster as dg
+
+    module, _, name = qualified.rpartition(".")
+    found = getattr(sys.modules.get(module), name, None)
+    return isinstance(found, type) and issubclass(found, FactoryError | dg.Failure)
 
 
 @contextlib.contextmanager
@@ -124,11 +178,15 @@ def _instance():
 
 class InProcessRunner:
     """Runs a `factory` command in this process (``main.run_command``), its output shown as it is
-    printed and kept for Dagster's log and error message."""
+    printed and kept for Dagster's log and error message; ``ran`` counts the commands."""
+
+    def __init__(self) -> None:
+        self.ran = 0
 
     def __call__(self, argv: Sequence[str], log: Callable[[str], None]) -> tuple[int, str]:
         from factory_cli.main import run_command
 
+        self.ran += 1
         print(f"\n· factory {' '.join(argv)}", flush=True)
         started = time.monotonic()
         kept = io.StringIO()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
+import sys
+from collections.abc import Mapping, Sequence
 
 from lakehouse.errors import ConfigError
 from trainer.config import load_config
@@ -58,4 +60,20 @@ def run(args: argparse.Namespace) -> int:
         **os.environ,
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc))),
     }
-    return subprocess.run(torchrun_command(args), env=env).returncode
+    return launch(torchrun_command(args), env)
+
+
+def launch(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    """Run torchrun, its stderr passed on line by line through this process's ``sys.stderr``
+    rather than inherited: under `factory run` that stream is where a step's output is kept, and a
+    rank's ``error (rank r): …`` line has to reach the step's failure. Its stdout (progress) stays
+    inherited, shown as it is printed."""
+    with subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True, errors="replace") as proc:
+        try:
+            for line in proc.stderr:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+        except BaseException:  # interrupted: end torchrun, as subprocess.run would (its ranks follow it)
+            proc.kill()
+            raise
+    return proc.returncode

@@ -82,6 +82,22 @@ def test_errors_are_clear_and_exit_non_zero(factory_home):
     assert no_input.returncode == 2 and "does not exist" in no_input.stderr
 
 
+@pytest.mark.parametrize("command", ["decisions", "run --list"])
+def test_output_into_a_closed_pipe_ends_quietly(factory_home, tmp_path, command):
+    """`factory … | head -1`: the reader has gone when the command writes. No traceback, exit 1."""
+    from tests.orchestration.definitions import two_sources
+
+    argv = ["decisions"] if command == "decisions" else ["run", str(two_sources(tmp_path)), "--list"]
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command writes a byte
+    with os.fdopen(write, "wb") as closed:
+        proc = subprocess.run(
+            [sys.executable, "-m", "factory_cli.main", *argv], cwd=REPO, stdout=closed, stderr=subprocess.PIPE,
+            text=True, timeout=120,
+        )  # fmt: skip
+    assert proc.returncode == 1 and "Error" not in proc.stderr, proc.stderr[-3000:]
+
+
 @pytest.mark.slow
 def test_look_around_after_an_ingest(factory_home, tmp_path):
     corpus = write_corpus(tmp_path / "corpus")

@@ -11,7 +11,7 @@ from lakehouse.errors import ConfigError
 from orchestration.definition_load import load_definition
 from orchestration.graph import build_definitions
 from tests.conftest import REPO, run_factory
-from tests.orchestration.definitions import two_sources
+from tests.orchestration.definitions import two_sources, web_records
 
 
 def keys(definition) -> set[str]:
@@ -291,3 +291,16 @@ def test_factory_run_checks_the_inputs_of_the_sources_it_ingests_only(tmp_path):
     assert _ingested(definition, assets, None) == ["code", "web"]
     selection = dg.AssetSelection.assets(dg.AssetKey(["code", "production"])).upstream()
     assert _ingested(definition, assets, selection) == ["code"]
+
+
+@pytest.mark.engine  # the first run's ingest runs Spark
+def test_factory_run_with_nothing_new_says_so_in_one_line_unless_quiet(factory_home, tmp_path):
+    path = two_sources(tmp_path)
+    web_records(tmp_path / "web", "part-0.jsonl", 0, 3)
+    first = run_factory("run", str(path), "--select", "web/raw")
+    assert first.returncode == 0 and "nothing new" not in first.stdout, first.stderr[-3000:]
+    again = run_factory("run", str(path), "--select", "web/raw")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout == "nothing new: 1 asset(s) checked, all up to date\n"
+    quiet = run_factory("run", str(path), "--select", "web/raw", "-q")
+    assert quiet.returncode == 0 and quiet.stdout == "", quiet.stderr[-3000:]
