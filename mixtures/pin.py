@@ -19,7 +19,7 @@ from pyiceberg.expressions.visitors import bind
 from pyiceberg.schema import Schema
 
 from lakehouse.catalog import plan_snapshot, resolve, snapshot_schema
-from lakehouse.errors import MixtureSpecError
+from lakehouse.errors import InputError, MixtureSpecError
 from lakehouse.parquet import open_parquet
 from lakehouse.redact import redact
 from lakehouse.schemas import require_columns
@@ -39,8 +39,11 @@ def pin(catalog: Catalog, spec: MixtureSpec) -> Manifest:
     weights = spec.weights
     components = tuple(_pin_component(catalog, c, weights[c.name]) for c in spec.components)
     for component in components:
-        if component.record_count == 0:
-            log.warning("component %s (%s) has no records", component.name, component.label)
+        if component.record_count == 0 and component.weight > 0:  # the loader could never draw its share
+            raise InputError(
+                f"component {component.name!r} ({component.label}) has no records: a component with a weight above 0 needs documents (did its "
+                "filter drop them all?); pin another snapshot, or give it weight 0"
+            )
     return Manifest(
         name=spec.name,
         seed=spec.seed,

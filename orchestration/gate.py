@@ -7,8 +7,9 @@ ablation trains a small proxy with N seeds on the current snapshot (the base) an
 candidate (the one variant), both evaluated on the base's held-out split, and compares the
 target metric with Welch's test. ``promote = "not-worse"`` promotes unless the candidate is worse
 beyond seed noise; ``"better"`` only when it is better beyond it. A refused candidate stays
-unpromoted and training keeps reading the current snapshot. The first snapshot, with nothing to
-compare it with, and every snapshot when the gate is off, are promoted without an ablation;
+unpromoted and training keeps reading the current snapshot. A snapshot without documents is
+refused whatever the policy (its mixtures wait, or keep the current one). The first snapshot, with
+nothing to compare it with, and every snapshot when the gate is off, are promoted without an ablation;
 each promotion and refusal is a row of ``factory.decisions``, recorded before the tag moves.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 import dagster as dg
 
 from experiments.sweep_spec import toml_literal
+from lakehouse.commit import record_count
 from lakehouse.decisions import decision_id, find_decision, new_decision, record_decision
 from lakehouse.faults import maybe_fail
 from lakehouse.publish import move_tag
@@ -101,6 +103,8 @@ def _decide(
             before=before, after=after, orchestrator_run=context.run.run_id,
         )  # fmt: skip
 
+    if record_count(catalog().load_table(table), candidate) == 0:  # every document dropped: nothing to train on
+        return decision("refused", f"{table}@{candidate} holds no documents: its refinement dropped them all")
     if current is None:
         return decision("promoted", f"{table}@{candidate} is the first snapshot: there is nothing to compare it with")
     if not policy.enabled:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lakehouse.errors import ManifestError, MixtureSpecError, RefNotFoundError
+from lakehouse.errors import InputError, ManifestError, MixtureSpecError, RefNotFoundError
 from mixtures.manifest import Manifest
 from mixtures.pin import pin
 from mixtures.spec import spec_from_dict
@@ -59,8 +59,11 @@ def test_a_row_filter_is_checked_against_the_table_and_prunes_files(catalog):
     make_table(catalog, "raw.text", 30, files=3)
     with pytest.raises(MixtureSpecError, match=r"does not fit the table.*columns: doc_id"):
         pin(catalog, spec_from_dict(two_components(filter="language = 'en'")))
-    pinned = pin(catalog, spec_from_dict(two_components(filter="n_bytes < 0")))
+    pinned = pin(catalog, spec_from_dict(two_components(filter="n_bytes < 0", weight=0)))
     assert pinned.component("text").files == ()  # the files' statistics rule them all out
+    # With a weight, the loader would have to draw from it: refused at pin, not in the ranks.
+    with pytest.raises(InputError, match=r"component 'text' \(raw.text@\d+\) has no records"):
+        pin(catalog, spec_from_dict(two_components(filter="n_bytes < 0")))
 
 
 def test_unknown_refs_and_tampered_manifests_are_refused(catalog, tmp_path):

@@ -87,6 +87,8 @@ def test_a_component_smaller_than_the_shard_count_is_refused_unless_unused():
     with pytest.raises(LoaderConfigError, match="fewer than num_shards=4"):
         plan(counts=(3,), shards=4)
     assert plan(counts=(3,), shards=4, weight=0.0).num_shards == 4
+    with pytest.raises(LoaderConfigError, match="has no records: a component with a weight above 0 needs documents"):
+        plan(counts=(0,), shards=1)
 
 
 def test_a_ramp_unit_reads_only_the_files_that_hold_its_rows():
