@@ -304,6 +304,9 @@ def export_hf(
 def _check_output(output: Path, force: bool) -> None:
     if output.is_file():
         raise InputError(f"--output {output} is a file; give a folder to write the model into")
+    above = next(p for p in output.parents if p.exists())  # the folders below it are made for the export
+    if not above.is_dir():
+        raise InputError(f"--output {output}: {above} is a file, not a folder; give a folder to write the model into")
     if not output.is_dir() or not any(output.iterdir()):
         return
     if not force:

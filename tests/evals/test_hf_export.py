@@ -247,6 +247,10 @@ def test_factory_export_writes_once_and_refuses_what_it_would_overwrite(gqa_run,
     refused = _clear_error(run_factory("export", str(gqa_run.checkpoint), "--output", str(foreign), "--force"))
     assert "not a folder factory export wrote" in refused
     assert _left_in(foreign) == ["thesis.tex"] and _left_in(tmp_path) == ["mine", "models"]
+    below_a_file = _clear_error(
+        run_factory("export", str(gqa_run.checkpoint), "--output", str(foreign / "thesis.tex" / "x"))
+    )
+    assert "thesis.tex is a file, not a folder" in below_a_file and _left_in(foreign) == ["thesis.tex"]
 
     empty = tmp_path / "empty"
     empty.mkdir()
