@@ -41,6 +41,7 @@ from orchestration.definition_values import (
     is_number,
     positive_int,
     refuse_owned,
+    refuse_owned_keys,
     require,
     strings,
     tables,
@@ -222,9 +223,22 @@ def _check_experiment_spec(kind: str, name: str, spec: Mapping[str, Any], run: R
         (check_spec if kind == "ablation" else sweep_spec_from_dict)(full)
     except FactoryError as exc:
         raise ConfigError(f"{key}: {exc}") from None
-    refuse_owned(tuple(spec.get("set", ())), f"{key}.set", ABLATION_OWNED if kind == "ablation" else FACTORY_SET)
+    owned = ABLATION_OWNED if kind == "ablation" else FACTORY_SET
+    refuse_owned(tuple(spec.get("set", ())), f"{key}.set", owned)
+    for where, changes in _varied(spec, key):
+        refuse_owned_keys(changes, where, owned)
     # Its trials train the run's config with the run's overrides and then its own (checked as strings above).
     config_path(run.config, f"{key}.set", Path("/"), (*run.set, *spec.get("set", ())))
+
+
+def _varied(spec: Mapping[str, Any], key: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """(where, its config keys) for what an experiment varies: each ablation variant, each ladder
+    size, a sweep's space (the spec's shape is checked already)."""
+    ladder = spec.get("ladder") if isinstance(spec.get("ladder"), Mapping) else {}
+    tables = [(f"{key}.variants.{name}", changes) for name, changes in spec.get("variants", {}).items()]
+    tables += [(f"{key}.ladder.sizes.{name}", keys) for name, keys in ladder.get("sizes", {}).items()]
+    tables.append((f"{key}.space", spec.get("space", {})))
+    return [(where, changes) for where, changes in tables if isinstance(changes, Mapping)]
 
 
 def _policies(data: Any, sources: Mapping[str, Source], base: Path) -> Policies:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,13 @@ def config_path(value: Any, key: str, base: Path, overrides: tuple[str, ...] = (
     except FactoryError as exc:
         raise ConfigError(f"{key}: {exc}") from None
     return str(path.resolve())
+
+
+def refuse_owned_keys(keys: Iterable[str], key: str, owned: tuple[str, ...]) -> None:
+    """Refuse a variant, a size or a searched key that is a key the factory sets (``owned``)."""
+    for name in keys:
+        if name in owned:
+            raise ConfigError(f"{key}: {name} is set by the factory ({OWNED[name]}) and cannot be varied; remove it")
 
 
 def refuse_owned(overrides: tuple[str, ...], key: str, owned: tuple[str, ...] = FACTORY_SET) -> None:

@@ -193,6 +193,14 @@ variants = {{ low = {{ "optim.lr" = 0.001 }} }}
              'variants = { low = { "optim.lr" = 0.001 } }', "", r"experiments\.ablations\.lr\.set: run\.seed is set by"),
         ("", '[experiments.sweeps.lr]\nrun = "small"\nset = ["data.tokenizer=\'t.json\'"]\n'
              'space = { "optim.lr" = [0.001, 0.01] }', "", r"experiments\.sweeps\.lr\.set: data\.tokenizer is set by"),
+        ("", '[experiments.ablations.lr]\nrun = "small"\nseeds = 2\n'
+             'variants = { elsewhere = { "run.dir" = "/tmp/x" } }', "",
+         r"experiments\.ablations\.lr\.variants\.elsewhere: run\.dir is set by the factory .* cannot be varied"),
+        ("", '[experiments.ablations.lr]\nrun = "small"\nseeds = 2\nvariants = { low = { "optim.lr" = 0.001 } }\n'
+             'ladder = { sizes = { a = { "model.dim" = 64 }, b = { "model.dim" = 128, "data.manifest" = "m.json" } } }',
+         "", r"experiments\.ablations\.lr\.ladder\.sizes\.b: data\.manifest is set by the factory"),
+        ("", '[experiments.sweeps.lr]\nrun = "small"\nspace = { "data.tokenizer" = ["a.json", "b.json"] }', "",
+         r"experiments\.sweeps\.lr\.space: data\.tokenizer is set by the factory"),
     ],
 )  # fmt: skip
 def test_a_set_of_a_key_the_factory_sets_is_refused(tmp_path, runs, extra, gate, message):
