@@ -109,15 +109,23 @@ def format_snapshots(table: Table) -> str:
         lines = [head]
         factory = rec["factory"]
         if factory:
-            lines.append(
-                f"    job {factory.get('job')}  run {factory.get('run-id')}  code {factory.get('code-version')}"
-            )
+            lines.append("    " + _made_by(factory))
             for entry in factory.get("inputs", []):
                 lines.append(f"    input {_describe_input(entry)}")
             if rec["stats"]:
                 lines.append("    stats " + ", ".join(f"{k}={v}" for k, v in rec["stats"].items()))
         blocks.append("\n".join(lines))
     return "\n".join(blocks)
+
+
+def _made_by(factory: dict) -> str:
+    """``job J  run R  code C``, leaving out what the snapshot does not record (the empty root
+    snapshot a first audit branch needs has a job and a note, no run)."""
+    named = [("job", "job"), ("run", "run-id"), ("code", "code-version")]
+    parts = [f"{label} {factory[key]}" for label, key in named if factory.get(key) is not None]
+    if factory.get("note"):
+        parts.append(f"({factory['note']})")
+    return "  ".join(parts)
 
 
 def _describe_input(entry: dict) -> str:

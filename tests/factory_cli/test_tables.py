@@ -1,0 +1,23 @@
+"""`factory snapshots` on what the jobs record in a snapshot's summary."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from factory_cli.tables import format_snapshots
+from lakehouse.catalog import ensure_table
+from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
+
+
+def test_a_snapshot_shows_what_made_it_and_leaves_out_what_it_does_not_record(catalog):
+    table = ensure_table(catalog, ("filtered", "web"), DOCUMENT_SCHEMA)
+    # What lakehouse.publish gives an empty table before its first audit branch: a job, a note, no run.
+    table.add_files([], snapshot_properties={"factory.job": "init", "factory.note": "empty root for audit branches"})
+    row = {"doc_id": "a", "source": "web", "text": "t", "path": "a", "lang": "en", "n_bytes": 1}
+    props = {"factory.job": "filter", "factory.run-id": "f-1", "factory.code-version": "abc123"}
+    table.append(pa.Table.from_pylist([row], schema=arrow_schema(DOCUMENT_SCHEMA)), snapshot_properties=props)
+
+    shown = format_snapshots(catalog.load_table(("filtered", "web")))
+    assert "    job init  (empty root for audit branches)\n" in shown
+    assert "    job filter  run f-1  code abc123" in shown
+    assert "None" not in shown
