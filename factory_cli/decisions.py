@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "decisions") -> 
 def run(args: argparse.Namespace) -> int:
     if args.n is not None and args.n < 0:
         raise InputError("-n must be zero or more")
-    rows = select_decisions(load_catalog(args.catalog), args.factory, args.kind, args.subject, args.n)
+    rows = select_decisions(load_catalog(args.catalog, read_only=True), args.factory, args.kind, args.subject, args.n)
     if args.json:
         print(json.dumps(rows, indent=2, sort_keys=True, default=str))
     elif rows:

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    catalog = load_catalog(args.catalog)
+    catalog = load_catalog(args.catalog, read_only=args.command != "tag")
     if args.command == "tables":
         print(format_tables(catalog))
     elif args.command == "snapshots":

@@ -63,13 +63,19 @@ def embedded_catalog_properties(home: Path | None = None) -> dict[str, str]:
     }
 
 
-def load_catalog(name: str | None = None) -> Catalog:
-    """The catalog named ``name`` (or ``$FACTORY_CATALOG``), else the embedded one."""
+def load_catalog(name: str | None = None, *, read_only: bool = False) -> Catalog:
+    """The catalog named ``name`` (or ``$FACTORY_CATALOG``), else the embedded one. ``read_only``:
+    for commands that only look (``factory tables``, ``decisions``), an embedded catalog that does
+    not exist yet is an empty one in memory, rather than a lakehouse made in whatever folder they
+    were run from."""
     name = name or os.environ.get("FACTORY_CATALOG") or None
     if name is None:
         home = factory_home()
-        (home / "warehouse").mkdir(parents=True, exist_ok=True)
         properties = embedded_catalog_properties(home)
+        if read_only and not (home / "catalog.db").is_file():
+            properties["uri"] = "sqlite:///:memory:"
+        else:
+            (home / "warehouse").mkdir(parents=True, exist_ok=True)
         return _race_safe(lambda: _pyiceberg_load_catalog(EMBEDDED_CATALOG_NAME, **properties))
     try:
         return _race_safe(lambda: _pyiceberg_load_catalog(name, **_configuration(name)))

@@ -40,6 +40,9 @@ def test_no_table_yet_means_no_decisions(factory_home):
     assert done.stdout.startswith("no decisions recorded yet")
     listed = run_factory("decisions", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout) == []
+    tables = run_factory("tables")
+    assert tables.returncode == 0 and tables.stdout.startswith("no tables yet"), tables.stderr
+    assert not factory_home.exists()  # looking made no lakehouse where it looked
 
 
 def test_decisions_are_listed_oldest_first_with_what_each_changed(catalog):
