@@ -17,6 +17,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.expressions import EqualTo
 from pyiceberg.schema import Schema
+from pyiceberg.table import Table
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
 from lakehouse.commit import CommitResult, Run
@@ -63,9 +64,8 @@ def commit_trial(catalog: Catalog, row: Mapping[str, Any]) -> CommitResult | Non
 
 def read_trials(catalog: Catalog, sweep_id: str) -> list[dict[str, Any]]:
     """The rows of one sweep, JSON columns decoded."""
-    try:
-        table = catalog.load_table(TRIALS_TABLE)
-    except NoSuchTableError:  # no sweep has recorded a trial yet
+    table = _trials(catalog)
+    if table is None:
         return []
     rows = table.scan(row_filter=EqualTo("sweep_id", sweep_id)).to_arrow().to_pylist()
     return sorted(decode_json(rows, ("params", "final_loss", "best_loss", "loss_curve")), key=lambda r: r["trial_id"])
@@ -73,8 +73,15 @@ def read_trials(catalog: Catalog, sweep_id: str) -> list[dict[str, Any]]:
 
 def sweep_ids(catalog: Catalog) -> list[str]:
     """Every sweep, ablation and mixture search with a row in the table, sorted."""
-    try:
-        table = catalog.load_table(TRIALS_TABLE)
-    except NoSuchTableError:
+    table = _trials(catalog)
+    if table is None:
         return []
     return sorted(set(table.scan(selected_fields=("sweep_id",)).to_arrow().column("sweep_id").to_pylist()))
+
+
+def _trials(catalog: Catalog) -> Table | None:
+    """The table, or None before any sweep has recorded a trial."""
+    try:
+        return catalog.load_table(TRIALS_TABLE)
+    except NoSuchTableError:
+        return None

@@ -107,6 +107,14 @@ class ComponentManifest:
         return f"{self.table}@{self.snapshot_id}"
 
 
+def no_records(label: str) -> str:
+    """Why a component with a weight above 0 and no records is refused: the loader could never draw its share."""
+    return (
+        f"{label} has no records: a component with a weight above 0 needs documents (did its filter drop them "
+        "all?); pin a snapshot that has some, or give it weight 0"
+    )
+
+
 @dataclass(frozen=True)
 class Manifest:
     name: str

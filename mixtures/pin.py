@@ -25,7 +25,7 @@ from lakehouse.redact import redact
 from lakehouse.schemas import require_columns
 from lakehouse.version import code_version
 from mixtures import heldout
-from mixtures.manifest import ComponentManifest, DataFile, Manifest
+from mixtures.manifest import ComponentManifest, DataFile, Manifest, no_records
 from mixtures.spec import ComponentSpec, MixtureSpec
 
 log = logging.getLogger("factory.mix")
@@ -39,11 +39,8 @@ def pin(catalog: Catalog, spec: MixtureSpec) -> Manifest:
     weights = spec.weights
     components = tuple(_pin_component(catalog, c, weights[c.name]) for c in spec.components)
     for component in components:
-        if component.record_count == 0 and component.weight > 0:  # the loader could never draw its share
-            raise InputError(
-                f"component {component.name!r} ({component.label}) has no records: a component with a weight above 0 needs documents (did its "
-                "filter drop them all?); pin another snapshot, or give it weight 0"
-            )
+        if component.record_count == 0 and component.weight > 0:
+            raise InputError(no_records(f"component {component.name!r} ({component.label})"))
     return Manifest(
         name=spec.name,
         seed=spec.seed,

@@ -41,7 +41,6 @@ from orchestration.definition_values import (
     is_number,
     positive_int,
     refuse_owned,
-    refuse_owned_keys,
     require,
     strings,
     tables,
@@ -226,7 +225,7 @@ def _check_experiment_spec(kind: str, name: str, spec: Mapping[str, Any], run: R
     owned = ABLATION_OWNED if kind == "ablation" else FACTORY_SET
     refuse_owned(tuple(spec.get("set", ())), f"{key}.set", owned)
     for where, changes in _varied(spec, key):
-        refuse_owned_keys(changes, where, owned)
+        refuse_owned(changes, where, owned, how="varied")
     # Its trials train the run's config with the run's overrides and then its own (checked as strings above).
     config_path(run.config, f"{key}.set", Path("/"), (*run.set, *spec.get("set", ())))
 

@@ -46,21 +46,13 @@ def config_path(value: Any, key: str, base: Path, overrides: tuple[str, ...] = (
     return str(path.resolve())
 
 
-def refuse_owned_keys(keys: Iterable[str], key: str, owned: tuple[str, ...]) -> None:
-    """Refuse a variant, a size or a searched key that is a key the factory sets (``owned``)."""
-    for name in keys:
-        if name in owned:
-            raise ConfigError(f"{key}: {name} is set by the factory ({OWNED[name]}) and cannot be varied; remove it")
-
-
-def refuse_owned(overrides: tuple[str, ...], key: str, owned: tuple[str, ...] = FACTORY_SET) -> None:
-    """Refuse a ``set`` override of a key the factory sets (``owned``, explained by ``OWNED``)."""
-    for text in overrides:
+def refuse_owned(names: Iterable[str], key: str, owned: tuple[str, ...] = FACTORY_SET, how: str = "overridden") -> None:
+    """Refuse a key the factory sets (``owned``, explained by ``OWNED``) among ``names``: a ``set`` override
+    (``name=value``), a variant's, a size's or a searched key."""
+    for text in names:
         name = text.partition("=")[0].strip()
         if name in owned:
-            raise ConfigError(
-                f"{key}: {name} is set by the factory ({OWNED[name]}) and cannot be overridden; remove {text!r}"
-            )
+            raise ConfigError(f"{key}: {name} is set by the factory ({OWNED[name]}) and cannot be {how}; remove it")
 
 
 def location(value: str, key: str, base: Path) -> str:

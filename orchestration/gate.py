@@ -16,6 +16,7 @@ each promotion and refusal is a row of ``factory.decisions``, recorded before th
 from typing import Any
 
 import dagster as dg
+from pyiceberg.catalog import Catalog
 
 from experiments.sweep_spec import toml_literal
 from lakehouse.commit import record_count
@@ -76,7 +77,7 @@ def _gate(context: dg.AssetExecutionContext, definition: FactoryDefinition, sour
     inputs = {"table": table, "production": current, "candidate": candidate, "policy": _policy(policy)}
     row = find_decision(cat, decision_id(KIND, source.name, inputs))
     if row is None:
-        row = _decide(context, definition, source, inputs)
+        row = _decide(context, definition, source, inputs, cat)
         maybe_fail("gate-before-record")
         record_decision(cat, row)
     else:
@@ -89,7 +90,11 @@ def _gate(context: dg.AssetExecutionContext, definition: FactoryDefinition, sour
 
 
 def _decide(
-    context: dg.AssetExecutionContext, definition: FactoryDefinition, source: Source, inputs: dict[str, Any]
+    context: dg.AssetExecutionContext,
+    definition: FactoryDefinition,
+    source: Source,
+    inputs: dict[str, Any],
+    cat: Catalog,
 ) -> dict[str, Any]:
     table, current, candidate = inputs["table"], inputs["production"], inputs["candidate"]
     policy = definition.policies.refinement_gate
@@ -103,7 +108,7 @@ def _decide(
             before=before, after=after, orchestrator_run=context.run.run_id,
         )  # fmt: skip
 
-    if record_count(catalog().load_table(table), candidate) == 0:  # every document dropped: nothing to train on
+    if record_count(cat.load_table(table), candidate) == 0:  # every document dropped: nothing to train on
         return decision("refused", f"{table}@{candidate} holds no documents: its refinement dropped them all")
     if current is None:
         return decision("promoted", f"{table}@{candidate} is the first snapshot: there is nothing to compare it with")

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from lakehouse.errors import LoaderConfigError
-from mixtures.manifest import ComponentManifest, Manifest
+from mixtures.manifest import ComponentManifest, Manifest, no_records
 from streaming_loader import seeds
 
 SPLITS = ("train", "heldout")
@@ -125,10 +125,7 @@ class StreamPlan:
             raise LoaderConfigError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
         for c in self.components:
             if c.weight > 0 and c.n_rows == 0:
-                raise LoaderConfigError(
-                    f"{c.label} has no records: a component with a weight above 0 needs documents; pin a snapshot "
-                    "that has some, or give it weight 0"
-                )
+                raise LoaderConfigError(no_records(c.label))
             if c.weight > 0 and c.n_rows < self.num_shards:
                 raise LoaderConfigError(
                     f"{c.label} has {c.n_rows} records, fewer than num_shards={self.num_shards}: every logical "

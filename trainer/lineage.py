@@ -175,9 +175,11 @@ def read_lineage(path: str | Path, *, with_config: bool = False) -> dict[str, An
         raise InputError(f"{file} is not the JSON a checkpoint's lineage is ({exc}): the folder is damaged") from None
     if not isinstance(lineage, dict) or not isinstance(lineage.get("manifest"), dict):
         raise InputError(f"{file} is not a checkpoint's lineage (no manifest in it): the folder is damaged")
-    missing = [
-        f"{name}.{key}" for name, keys in _SECTIONS.items() for key in keys if key not in (lineage.get(name) or {})
-    ]
+    missing = []
+    for name, keys in _SECTIONS.items():
+        section = lineage.get(name)
+        # An object first: "path" is "in" the string "path sha256" too.
+        missing += [f"{name}.{key}" for key in keys if key not in section] if isinstance(section, dict) else [name]
     if not isinstance(lineage.get("step"), int):
         missing.append("step")
     if with_config and not isinstance(lineage.get("config"), dict):

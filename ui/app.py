@@ -33,7 +33,7 @@ from ui.generation import GenerationSettings
 from ui.graph import NODE_H, NODE_W, snapshot_graph, snapshot_href
 from ui.rl_lineage import rl_lineage
 from ui.runs import curves, read_metrics, result_curves
-from ui.sources import BadRequest, NotFound, Sources, checkpoint_dirs, read_json
+from ui.sources import BadRequest, NotFound, Sources, checkpoint_dirs, is_number, read_json
 from ui.tables import table_rows
 
 log = logging.getLogger("factory.ui")
@@ -190,7 +190,7 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
     @app.get("/runs/{key:path}/checkpoints/{step}", response_class=HTMLResponse)
     def checkpoint_page(key: str, step: str):
         run = sources.run(key)
-        if not (step.isascii() and step.isdigit()):  # "²" is a digit to isdigit, not to int
+        if not is_number(step):
             raise BadRequest(f"checkpoint step must be a number, got {step!r}")
         step_dir = next((d for d in checkpoint_dirs(run) if d.name == f"step-{int(step)}"), None)
         if step_dir is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ui.sources import BadRequest, NotFound, RunDir, Sources, checkpoint_dirs
+from ui.sources import BadRequest, NotFound, RunDir, Sources, checkpoint_dirs, is_number
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def find_checkpoints(sources: Sources, keys: list[str] | tuple[str, ...]) -> lis
     chosen = []
     for key in keys:
         run_key, _, step = key.rpartition("@")
-        if not run_key or not (step.isascii() and step.isdigit()):
+        if not run_key or not is_number(step):
             raise BadRequest(f"a checkpoint is named <run>@<step>, e.g. runs/tiny@4; got {key!r}")
         if f"{run_key}@{int(step)}" not in found:
             raise NotFound(f"no complete checkpoint {key!r} under the UI's folders; its run's page lists them")

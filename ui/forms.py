@@ -69,7 +69,7 @@ async def read_form_lists(request: Request, max_bytes: int = MAX_BODY_BYTES) -> 
     if kind != "application/x-www-form-urlencoded":
         raise HTTPException(400, f"send the form as application/x-www-form-urlencoded, not {kind or 'nothing'}")
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
+    if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
         raise HTTPException(413, f"the form is {int(declared):,} bytes; at most {max_bytes:,} are taken")
     body = bytearray()
     async for chunk in request.stream():

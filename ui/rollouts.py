@@ -27,7 +27,7 @@ from rl.families import arithmetic_tasks
 from rl.rollouts_table import KINDS, ROLLOUTS_TABLE
 from ui.cache import memo, pinned
 from ui.samples import Page, page_of, task_order
-from ui.sources import BadRequest, Sources
+from ui.sources import BadRequest, Sources, is_number
 
 PAGE_SIZE = 50
 LIST_COLUMNS = (
@@ -56,7 +56,7 @@ class Filters:
     def __post_init__(self) -> None:
         if self.kind and self.kind not in KINDS:
             raise BadRequest(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if self.step and not self.step.isdigit():
+        if self.step and not is_number(self.step):
             raise BadRequest(f"step must be a whole number, got {self.step!r}")
 
     def expression(self) -> BooleanExpression:

@@ -137,12 +137,17 @@ def _named_manifest(path: str, _size: int, _mtime_ns: int) -> Path | None:
     return Path(named).resolve() if isinstance(named, str) and named else None
 
 
+def is_number(text: str) -> bool:
+    """Whether ``text`` is a whole number ``int`` reads: ``"²"`` is a digit to ``str.isdigit``, not to ``int``."""
+    return text.isascii() and text.isdigit()
+
+
 def checkpoint_dirs(run: RunDir) -> list[Path]:
     """The run's complete checkpoints, oldest first."""
     folder = run.path / "checkpoints"
     if not folder.is_dir():
         return []
-    steps = [p for p in folder.glob("step-*") if (p / "COMPLETE").is_file() and p.name[5:].isdigit()]
+    steps = [p for p in folder.glob("step-*") if (p / "COMPLETE").is_file() and is_number(p.name[5:])]
     return sorted(steps, key=lambda p: int(p.name[5:]))
 
 

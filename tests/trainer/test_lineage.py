@@ -211,6 +211,9 @@ def test_a_damaged_checkpoint_folder_is_refused_naming_what_is_wrong(tmp_path):
         done = run_factory(command, str(folder), *commands[command])
         assert done.returncode == 2 and "Traceback" not in done.stderr, (command, done.stderr[-2000:])
         assert f"lacks {key}" in done.stderr, (command, done.stderr[-2000:])
+    (folder / "lineage.json").write_text(json.dumps({**good, "tokenizer": "path sha256"}))  # a string, not an object
+    done = run_factory("lineage", str(folder))
+    assert done.returncode == 2 and "lacks tokenizer of a checkpoint's lineage" in done.stderr, done.stderr[-2000:]
     (folder / "lineage.json").write_text(json.dumps(good))  # written by hand: no config to build the model from
     done = run_factory("export", str(folder), "-o", str(tmp_path / "x"))
     assert done.returncode == 2 and "lacks config of a checkpoint's lineage" in done.stderr, done.stderr[-2000:]

@@ -87,6 +87,7 @@ def test_rollouts_page_through_keeping_their_filters(client, rl_home, monkeypatc
     for bad, says in (
         ("kind=eval", "kind must be one of train, heldout"),
         ("step=two", "step must be a whole number"),
+        ("step=%C2%B2", "step must be a whole number"),  # "²": a digit to str.isdigit, not to int
         ("page_no=-1", "page_no"),
     ):
         refused = client.get(f"/rollouts?{bad}")
