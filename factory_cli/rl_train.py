@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 
+from factory_cli.train import launch
 from lakehouse.errors import ConfigError
 
 
@@ -34,9 +33,5 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_rl_config(args.config, args.set)  # fail here, before starting any rank
     cfg.check_world(args.nproc)
     read_lineage(cfg.start.checkpoint)  # the starting checkpoint: there, complete, readable
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc))),
-    }
     argv = command(args.config, args.nproc, args.set, args.resume, module="rl.learner")
-    return subprocess.run(argv, env=env).returncode
+    return launch(argv, args.nproc)

@@ -6,7 +6,7 @@ import argparse
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from lakehouse.errors import ConfigError
 from trainer.config import load_config
@@ -56,18 +56,19 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.set)  # fail here, before starting any rank
     cfg.check_world(args.nproc * args.nnodes)
     check_inputs(cfg)
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc))),
-    }
-    return launch(torchrun_command(args), env)
+    return launch(torchrun_command(args), args.nproc)
 
 
-def launch(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    """Run torchrun, its stderr passed on line by line through this process's ``sys.stderr``
+def launch(argv: Sequence[str], nproc: int) -> int:
+    """Run torchrun (``factory train`` and ``factory rl train``), the machine's cores shared among
+    its ``nproc`` ranks, its stderr passed on line by line through this process's ``sys.stderr``
     rather than inherited: under `factory run` that stream is where a step's output is kept, and a
     rank's ``error (rank r): …`` line has to reach the step's failure. Its stdout (progress) stays
     inherited, shown as it is printed."""
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc))),
+    }
     with subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True, errors="replace") as proc:
         try:
             for line in proc.stderr:
