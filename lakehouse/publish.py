@@ -60,6 +60,10 @@ def is_ancestor(table: Table, ancestor_id: int | None, snapshot_id: int) -> bool
     return start is not None and any(s.snapshot_id == ancestor_id for s in ancestors_of(start, table.metadata))
 
 
+# The properties of the snapshot that empties an audit branch for a job that replaces the table's content.
+EMPTIED = {"factory.job": "clear", "factory.note": "audit branch emptied: the run's output replaces the content"}
+
+
 def start_branch(catalog: Catalog, identifier: tuple[str, ...], branch: str, *, empty: bool = False) -> Table:
     """Create ``branch`` at main's head unless it exists; with ``empty``, drop its data files.
 
@@ -70,8 +74,12 @@ def start_branch(catalog: Catalog, identifier: tuple[str, ...], branch: str, *, 
     name = format_identifier(identifier)
     table = _retry(lambda: _create_branch(load_table(catalog, identifier), branch, name), name)
     if empty and table.metadata.refs.get(branch) is not None and _has_files(table, branch):
-        # A snapshot on the private branch with no factory.run-id: a retried run still commits.
-        _retry(lambda: load_table(catalog, identifier).delete(AlwaysTrue(), branch=branch), name)
+        # A snapshot on the private branch with no factory.run-id: a retried run still commits. Its
+        # job and note say what it is in `factory snapshots`, where it stays in main's history.
+        _retry(
+            lambda: load_table(catalog, identifier).delete(AlwaysTrue(), snapshot_properties=EMPTIED, branch=branch),
+            name,
+        )
         table = load_table(catalog, identifier)
     return table
 

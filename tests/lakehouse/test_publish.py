@@ -51,6 +51,8 @@ def test_an_emptied_branch_replaces_content_but_keeps_ancestry(catalog):
     table = catalog.load_table(TABLE)
     audited = head(table, "audit-2")
     assert ids(table, "audit-2") == ["new"] and is_ancestor(table, head(table), audited)
+    emptied = table.snapshot_by_id(table.snapshot_by_id(audited).parent_snapshot_id)
+    assert emptied.summary["factory.note"] == "audit branch emptied: the run's output replaces the content"
     publish(catalog, TABLE, audited)
     assert ids(catalog.load_table(TABLE)) == ["new"]
 
