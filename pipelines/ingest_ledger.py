@@ -15,6 +15,7 @@ from pyiceberg.expressions import EqualTo
 from pyiceberg.table import Table
 
 from lakehouse.commit import Run, StagedFile
+from lakehouse.redact import redact
 from lakehouse.rows import stage_rows
 from lakehouse.schemas import INGESTED_FILES_SCHEMA
 from pipelines.ingest_inputs import InputFile
@@ -46,5 +47,12 @@ def stage_ledger(table: Table, run: Run, files: Sequence[InputFile], output: str
     for no file (the run still commits, an empty snapshot, so its run id is recorded)."""
     if not files:
         return []
-    rows = [{"output": output, "relpath": f.relpath, "size": f.size, "uri": f.uri, "run_id": run.run_id} for f in files]
-    return [stage_rows(table, INGESTED_FILES_SCHEMA, run, rows)]
+    return [stage_rows(table, INGESTED_FILES_SCHEMA, run, ledger_rows(run.run_id, files, output))]
+
+
+def ledger_rows(run_id: str, files: Sequence[InputFile], output: str) -> list[dict[str, object]]:
+    """One row per file; its URI redacted as the run's ``factory.inputs`` are (a signed URL's
+    signature, an object store's keys in the userinfo)."""
+    return [
+        {"output": output, "relpath": f.relpath, "size": f.size, "uri": redact(f.uri), "run_id": run_id} for f in files
+    ]

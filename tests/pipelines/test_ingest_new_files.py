@@ -146,3 +146,15 @@ def test_a_run_committed_before_the_ledger_existed_commits_only_its_ledger_when_
     assert "files_table" not in json.loads(
         find_run_snapshot(catalog.load_table(("raw", "docs")), "older").summary["factory.params"]
     )
+
+
+def test_the_ledger_keeps_no_credential_of_a_files_uri():
+    from pipelines.ingest_inputs import InputFile
+    from pipelines.ingest_ledger import ledger_rows
+
+    signed = InputFile("https://host/b/x.jsonl?X-Amz-Signature=abc123&X-Amz-Expires=60", "b/x.jsonl", 10)
+    keyed = InputFile("s3a://AKIAEXAMPLE:s3cr3t@bucket/y.jsonl", "bucket/y.jsonl", 20)
+    rows = ledger_rows("run-1", [signed, keyed], "raw.web")
+    assert [r["relpath"] for r in rows] == ["b/x.jsonl", "bucket/y.jsonl"]
+    text = json.dumps(rows)
+    assert "abc123" not in text and "s3cr3t" not in text and "AKIAEXAMPLE" not in text, text
