@@ -50,7 +50,17 @@ def parse_identifier(text: str) -> tuple[str, ...]:
 def quarantine_identifier(output: tuple[str, ...], quarantine: str | None) -> tuple[str, ...]:
     """The quarantine table of a job writing ``output``: ``quarantine`` if named, else the
     ``quarantine`` table in the output's namespace."""
-    return parse_identifier(quarantine) if quarantine else (*output[:-1], "quarantine")
+    return _beside(output, quarantine, "quarantine")
+
+
+def ingested_files_identifier(output: tuple[str, ...], files_table: str | None) -> tuple[str, ...]:
+    """The ledger of files ingested into ``output``: ``files_table`` if named, else the
+    ``ingested_files`` table in the output's namespace."""
+    return _beside(output, files_table, "ingested_files")
+
+
+def _beside(output: tuple[str, ...], named: str | None, default: str) -> tuple[str, ...]:
+    return parse_identifier(named) if named else (*output[:-1], default)
 
 
 def format_identifier(identifier: tuple[str, ...]) -> str:

@@ -2,7 +2,8 @@
 
 Each call commits its rows as one snapshot through the commit protocol (docs/architecture.md,
 "The commit protocol"): one Parquet file staged under the run's own prefix, synced, then
-``commit_run``. The run id names the record, so recording it again commits nothing. Columns that
+``commit_run``. The run id names the record, so recording it again commits nothing. A job that
+commits such rows beside its own outputs (ingest's ledger of files) stages them with ``stage_rows``. Columns that
 hold structured values (parameters, evidence) are JSON strings rather than Iceberg maps: a value
 may be a number, a string or a whole object, and JSON keeps its type in any reader without a
 schema change per record.
@@ -17,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
+from pyiceberg.table import Table
 from pyiceberg.types import StringType
 
 from lakehouse.catalog import ensure_table
@@ -34,6 +36,13 @@ def commit_rows(
     table = ensure_table(catalog, identifier, schema)
     if find_run_commits(catalog, run, [identifier])[identifier] is not None:
         return None
+    staged = stage_rows(table, schema, run, rows)
+    return commit_run(catalog, run, [RunOutput(identifier, [staged])], {"rows": len(rows)})[0]
+
+
+def stage_rows(table: Table, schema: Schema, run: Run, rows: Sequence[Mapping[str, Any]]) -> StagedFile:
+    """``rows`` as one Parquet file, written by this process under ``run``'s staging prefix for
+    ``table`` and durable there, ready for ``commit_run``."""
     path = f"{run.staging_prefix(table)}/{run.job}.parquet"
     arrow = pa.Table.from_pylist([plain_row(schema, row) for row in rows], schema=arrow_schema(schema))
     with table.io.new_output(path).create(overwrite=True) as stream:
@@ -44,7 +53,7 @@ def commit_rows(
         local = path.removeprefix("file://")
         sync_file(local)
         sync_folders(local)
-    return commit_run(catalog, run, [RunOutput(identifier, [StagedFile(path, len(rows))])], {"rows": len(rows)})[0]
+    return StagedFile(path, len(rows))
 
 
 def plain_row(schema: Schema, row: Mapping[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,16 @@ QUARANTINE_SCHEMA = Schema(
     NestedField(8, "run_id", StringType(), required=True, doc="the run that refused it"),
 )
 
+# One row per input file an ingest run read (docs/jobs.md, "Ingest"): `factory ingest
+# --only-new-files` skips a file whose (relpath, size) is listed for its output already.
+INGESTED_FILES_SCHEMA = Schema(
+    NestedField(1, "output", StringType(), required=True, doc="the documents table the file went to"),
+    NestedField(2, "relpath", StringType(), required=True, doc="input-relative path the doc ids come from"),
+    NestedField(3, "size", LongType(), required=True, doc="the file's size in bytes when read"),
+    NestedField(4, "uri", StringType(), required=True, doc="where the file was read"),
+    NestedField(5, "run_id", StringType(), required=True, doc="the ingest run that read it"),
+)
+
 # Optional quarantine columns a stage may add (the filter job does). A quarantine table made
 # without them gains them by schema evolution (catalog.ensure_table); older rows read null.
 QUARANTINE_SCHEMA_WITH_METRICS = Schema(

@@ -36,9 +36,11 @@ TOKENIZER_KEYS = {"vocab_size", "sources", "max_bytes", "min_frequency"}
 # Tables the steps write beside a source's own, in the same namespaces: a source of the same name
 # would be written into them (tests/orchestration/test_definition.py pins these to the jobs' defaults).
 QUARANTINE = "quarantine"  # lakehouse.refs.quarantine_identifier: <namespace of the output>.quarantine
+INGESTED_FILES = "ingested_files"  # lakehouse.refs.ingested_files_identifier: <namespace>.ingested_files
 CLUSTERS_SUFFIX = "_clusters"  # pipelines.dedup.DedupOptions.clusters_id: <output>_clusters
 RESERVED = {
     QUARANTINE: "raw.quarantine, filtered.quarantine and decontaminated.quarantine are the steps' quarantine tables",
+    INGESTED_FILES: "raw.ingested_files is the ledger of the files `factory ingest` read into each raw table",
     "rl_repositories": "raw.rl_repositories is the table `factory rl build` ingests repositories into",
 }
 

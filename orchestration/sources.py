@@ -103,6 +103,9 @@ def ingest_argv(source: Source, given: SourceInput) -> list[str]:
         *given.paths,
         "--output",
         f"raw.{source.name}",
+        # The listing changed, so the run id did: read only the files not ingested before, or
+        # every old record would be read again, into quarantine as `duplicate-id`.
+        "--only-new-files",
     ]
     argv += [a for pattern in given.include for a in ("--include", pattern)]
     argv += [a for pattern in given.exclude for a in ("--exclude", pattern)]

@@ -5,7 +5,9 @@
 
 Each input file is read by one Spark task in Python (so bad bytes are seen as they are, not
 replaced by Spark's text reader); records become rows of a document table or of the
-namespace's quarantine table, each with a reason. Both are committed by the commit protocol.
+namespace's quarantine table, each with a reason; the files read become rows of the ledger of
+ingested files (``pipelines/ingest_ledger.py``), which ``--only-new-files`` reads to skip the files
+ingested before. The three are committed together by the commit protocol.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import logging
 import math
 import sys
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -30,19 +34,21 @@ from lakehouse.columns import DOCUMENT_COLUMNS, TARGET_COLUMN
 from lakehouse.commit import CommitResult, Run, existing_commits
 from lakehouse.errors import InputError
 from lakehouse.file_sizes import target_file_bytes
-from lakehouse.refs import format_identifier, parse_identifier, quarantine_identifier
+from lakehouse.refs import format_identifier, ingested_files_identifier, parse_identifier, quarantine_identifier
 from lakehouse.run_binding import RunOutput, check_run_commits, commit_run, run_snapshots
 from lakehouse.schemas import (
     DOCUMENT_SCHEMA,
+    INGESTED_FILES_SCHEMA,
     QUARANTINE_RECORD_BYTES,
     QUARANTINE_SCHEMA,
     file_schema,
     require_columns,
 )
 from pipelines.ingest_inputs import InputFile, check_fields, discover, encode_group, plan_tasks, read_records
+from pipelines.ingest_ledger import INGESTED_FILES, ingested, split_new, stage_ledger
 from pipelines.ingest_records import PARSED_ARROW_SCHEMA, PARSED_SCHEMA, RecordConfig
 from pipelines.spark_session import read_snapshot
-from pipelines.staging import Target, write_staged
+from pipelines.staging import StagedOutput, Target, write_staged
 
 log = logging.getLogger("factory.ingest")
 
@@ -67,6 +73,8 @@ class IngestOptions:
     include: Sequence[str] = ()
     exclude: Sequence[str] = ()
     run_id: str | None = None
+    files_table: str | None = None  # default: <namespace of output>.ingested_files
+    only_new_files: bool = False  # skip the files the ledger lists for the output already
 
     @property
     def output_id(self) -> tuple[str, ...]:
@@ -76,11 +84,16 @@ class IngestOptions:
     def quarantine_id(self) -> tuple[str, ...]:
         return quarantine_identifier(self.output_id, self.quarantine)
 
+    @property
+    def files_table_id(self) -> tuple[str, ...]:
+        return ingested_files_identifier(self.output_id, self.files_table)
+
     def params(self) -> dict[str, object]:
         return {
             "format": self.fmt,
             "output": self.output,
             "quarantine": format_identifier(self.quarantine_id),
+            **self._ledger_params(),
             "include": list(self.include),
             "exclude": list(self.exclude),
             "source": self.records.source,
@@ -91,6 +104,17 @@ class IngestOptions:
             "max_doc_bytes": self.records.max_doc_bytes,
         }
 
+    def _ledger_params(self) -> dict[str, object]:
+        """The ledger's parameters, each left out at its default: a run id committed before the
+        ledger existed (`rl build`'s fixed ids, a repeated --run-id) is then still the same run,
+        and running it again commits only its ledger rows instead of being refused."""
+        params: dict[str, object] = {}
+        if self.files_table_id != ingested_files_identifier(self.output_id, None):
+            params["files_table"] = format_identifier(self.files_table_id)
+        if self.only_new_files:
+            params["only_new_files"] = True
+        return params
+
 
 @dataclass
 class IngestResult:
@@ -99,40 +123,95 @@ class IngestResult:
     quarantine: CommitResult | None
     stats: dict[str, int] = field(default_factory=dict)
     already_committed: bool = False
+    files: CommitResult | None = None  # the ledger's commit: the files the run read
 
 
 def ingest(spark: SparkSession, catalog: Catalog, opts: IngestOptions) -> IngestResult:
-    """Run one ingest and commit its documents and refusals."""
-    out_id, q_id = opts.output_id, opts.quarantine_id
-    if out_id == q_id:
-        raise InputError("--output and the quarantine table must be two different tables")
+    """Run one ingest and commit its documents, its refusals and the ledger of the files it read."""
+    out_id, q_id, files_id = _tables(opts)
     files = discover(opts.inputs, opts.fmt, opts.include, opts.exclude)
-    check_fields(files, opts.fmt, opts.records)  # a mistyped field fails here, not as every row quarantined
-    total_bytes = sum(f.size for f in files)
     run_id = opts.run_id or Run.new_id("ingest")
-    done = run_snapshots(catalog, [out_id, q_id], run_id)
-    existing_ids = _existing_ids_snapshot(catalog, out_id, done)
+    done = run_snapshots(catalog, [out_id, q_id, files_id], run_id)
+    existing_ids = _recorded_snapshot(catalog, out_id, done, EXISTING_IDS)
+    listed = _recorded_snapshot(catalog, files_id, done, INGESTED_FILES) if opts.only_new_files else None
     run = Run(
         job="ingest",
         run_id=run_id,
         params=opts.params(),
         inputs=[{"uri": uri, "files": n, "bytes": b} for uri, n, b in _summarise_inputs(opts.inputs, files)],
-        properties={} if existing_ids is None else {EXISTING_IDS: str(existing_ids)},
+        properties=_read_snapshots({EXISTING_IDS: existing_ids, INGESTED_FILES: listed}),
     )
     check_run_commits(run, done)
     if all(done.values()):
         log.info("run %s is already committed to %s; nothing to do", run.run_id, opts.output)
-        (documents, quarantine), stats = existing_commits(done)
-        return IngestResult(run.run_id, documents, quarantine, stats, already_committed=True)
+        (documents, quarantine, ledger), stats = existing_commits(done)
+        return IngestResult(run.run_id, documents, quarantine, stats, already_committed=True, files=ledger)
 
+    output = format_identifier(out_id)
+    new, skipped = split_new(files, ingested(catalog, files_id, listed, output))
+    check_fields(new, opts.fmt, opts.records)  # a mistyped field fails here, not as every row quarantined
     documents = ensure_table(catalog, out_id, DOCUMENT_SCHEMA)
     require_columns(documents.schema(), DOCUMENT_COLUMNS, opts.output)
     quarantine = ensure_table(catalog, q_id, QUARANTINE_SCHEMA)
-    log.info(
-        "ingest %s: %d input file(s) (%s), %.1f MB → %s (run %s)",
-        opts.records.source, len(files), opts.fmt, total_bytes / 1e6, opts.output, run.run_id,
-    )  # fmt: skip
+    ledger = ensure_table(catalog, files_id, INGESTED_FILES_SCHEMA)
+    if new:
+        log.info(
+            "ingest %s: %d input file(s) (%s), %.1f MB, %d skipped → %s (run %s)",
+            opts.records.source, len(new), opts.fmt, sum(f.size for f in new) / 1e6, len(skipped), output, run.run_id,
+        )  # fmt: skip
+        kept, refused = _stage_records(spark, run, new, opts, (documents, quarantine), existing_ids)
+    else:  # the run still commits (empty snapshots), so its run id is recorded as done
+        log.info("nothing new: %d file(s) already ingested into %s (run %s)", len(skipped), output, run.run_id)
+        kept, refused = StagedOutput([], Counter()), StagedOutput([], Counter())
+    stats = _stats(new, kept, refused, skipped if opts.only_new_files else None)
+    outputs = [RunOutput(out_id, kept.files), RunOutput(q_id, refused.files)]
+    outputs.append(RunOutput(files_id, stage_ledger(ledger, run, new, output)))
+    doc_commit, q_commit, files_commit = commit_run(catalog, run, outputs, stats)
+    return IngestResult(run.run_id, doc_commit, q_commit, stats, files=files_commit)
 
+
+def _tables(opts: IngestOptions) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """The output, quarantine and ledger tables, refused unless they are three different tables."""
+    out_id, q_id, files_id = opts.output_id, opts.quarantine_id, opts.files_table_id
+    if out_id == q_id:
+        raise InputError("--output and the quarantine table must be two different tables")
+    if files_id in (out_id, q_id):
+        raise InputError("the files table (--files-table) must be neither --output nor the quarantine table")
+    return out_id, q_id, files_id
+
+
+def _recorded_snapshot(
+    catalog: Catalog, identifier: tuple[str, ...], done: Mapping[tuple[str, ...], Snapshot | None], key: str
+) -> int | None:
+    """The snapshot of ``identifier`` the run reads (``key`` in its summary): the one it recorded if
+    it has committed somewhere already (its own rows may be in the table by now), else main's head."""
+    recorded = [snapshot for snapshot in done.values() if snapshot is not None]
+    if recorded:
+        value = recorded[0].summary.get(key)
+        return int(value) if value else None
+    try:
+        head = catalog.load_table(identifier).current_snapshot()
+    except NoSuchTableError:
+        return None
+    return head.snapshot_id if head is not None else None
+
+
+def _read_snapshots(snapshots: Mapping[str, int | None]) -> dict[str, str]:
+    """The run's properties naming the snapshots it read; none for a table that was empty."""
+    return {key: str(snapshot_id) for key, snapshot_id in snapshots.items() if snapshot_id is not None}
+
+
+def _stage_records(
+    spark: SparkSession,
+    run: Run,
+    files: Sequence[InputFile],
+    opts: IngestOptions,
+    tables: tuple[Table, Table],
+    existing_ids: int | None,
+) -> tuple[StagedOutput, StagedOutput]:
+    """Read ``files`` in Spark tasks and stage their documents and refusals in ``tables``."""
+    documents, quarantine = tables
+    total_bytes = sum(f.size for f in files)
     parsed = _parse(spark, files, opts.fmt, opts.records)
     n_out = max(1, math.ceil(total_bytes / target_file_bytes(documents.properties)))
     marked = _mark_duplicate_ids(spark, parsed.repartition(n_out, "doc_id"), documents, existing_ids, opts.output)
@@ -156,35 +235,22 @@ def ingest(spark: SparkSession, catalog: Catalog, opts: IngestOptions) -> Ingest
             ),
         },
     )
-    kept, refused = outputs["documents"], outputs["quarantine"]
-    stats = {
-        "files": len(files),
-        "bytes-in": total_bytes,
+    return outputs["documents"], outputs["quarantine"]
+
+
+def _stats(
+    read: Sequence[InputFile], kept: StagedOutput, refused: StagedOutput, skipped: Sequence[InputFile] | None
+) -> dict[str, int]:
+    """The run's counts; ``files-skipped`` only for a run that skips (--only-new-files)."""
+    return {
+        "files": len(read),
+        **({} if skipped is None else {"files-skipped": len(skipped)}),
+        "bytes-in": sum(f.size for f in read),
         "documents-in": kept.records + refused.records,
         "kept": kept.records,
         "quarantined": refused.records,
         **{f"quarantined.{reason}": n for reason, n in sorted(refused.counts.items())},
     }
-    doc_commit, q_commit = commit_run(
-        catalog, run, [RunOutput(out_id, kept.files), RunOutput(q_id, refused.files)], stats
-    )
-    return IngestResult(run.run_id, doc_commit, q_commit, stats)
-
-
-def _existing_ids_snapshot(
-    catalog: Catalog, out_id: tuple[str, ...], done: Mapping[tuple[str, ...], Snapshot | None]
-) -> int | None:
-    """The output's snapshot whose doc_ids count as taken: the one the run recorded if it has
-    committed somewhere already (its own documents may be in the table by now), else main's head."""
-    recorded = [snapshot for snapshot in done.values() if snapshot is not None]
-    if recorded:
-        value = recorded[0].summary.get(EXISTING_IDS)
-        return int(value) if value else None
-    try:
-        head = catalog.load_table(out_id).current_snapshot()
-    except NoSuchTableError:
-        return None
-    return head.snapshot_id if head is not None else None
 
 
 def _parse(spark: SparkSession, files: Sequence[InputFile], fmt: str, cfg: RecordConfig) -> DataFrame:

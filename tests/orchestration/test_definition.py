@@ -243,6 +243,13 @@ def test_a_source_named_as_one_of_the_factorys_tables_is_refused_naming_both(tmp
         ConfigError, match=r"sources\.quarantine: the name 'quarantine' is the factory's own: raw\.quarant"
     ):
         load_definition(path)
+    path = two_sources(tmp_path / "ingested_files")
+    _add_source(path, "ingested_files")
+    with pytest.raises(
+        ConfigError,
+        match=r"sources\.ingested_files: the name 'ingested_files' is the factory's own: raw\.ingested_files is the ledger",
+    ):
+        load_definition(path)
     path = two_sources(tmp_path / "clusters")
     _add_source(path, "code_clusters")
     message = (
@@ -257,12 +264,13 @@ def test_a_source_named_as_one_of_the_factorys_tables_is_refused_naming_both(tmp
 
 
 def test_the_reserved_table_names_are_the_jobs_own_defaults():
-    from lakehouse.refs import quarantine_identifier
-    from orchestration.definition_sources import CLUSTERS_SUFFIX, QUARANTINE, RESERVED
+    from lakehouse.refs import ingested_files_identifier, quarantine_identifier
+    from orchestration.definition_sources import CLUSTERS_SUFFIX, INGESTED_FILES, QUARANTINE, RESERVED
     from pipelines.dedup import DedupOptions
     from rl.build import SNAPSHOTS_TABLE
 
     assert quarantine_identifier(("filtered", "web"), None) == ("filtered", QUARANTINE)
+    assert ingested_files_identifier(("raw", "web"), None) == ("raw", INGESTED_FILES) and INGESTED_FILES in RESERVED
     assert DedupOptions(inputs=["raw.code"], output="dedup.code").clusters_id == ("dedup", f"code{CLUSTERS_SUFFIX}")
     assert SNAPSHOTS_TABLE.split(".") == ["raw", "rl_repositories"] and "rl_repositories" in RESERVED
 
