@@ -171,13 +171,30 @@ def noise_test(base: Sequence[float], variant: Sequence[float], alpha: float) ->
     return p, p < alpha
 
 
+# A variant with fewer than two completed seeds, or beside a base with fewer: no test was possible.
+UNTESTED = "not tested (fewer than 2 completed seeds)"
+
+
+def untested(reports: Sequence[VariantReport]) -> list[str]:
+    """The variants that could not be tested against the base (failed trials)."""
+    return [r.variant for r in reports if r.variant != BASE and r.p_value is None]
+
+
+def completed_metric(row: Mapping[str, Any]) -> float | None:
+    """A trial's metric if it completed; None for a failed one, whose metric (if it has one) is from
+    an evaluation before it failed: a missing seed, not a measurement."""
+    return row.get("metric") if row.get("status") == "completed" else None
+
+
 def analyse(rows: Sequence[Mapping[str, Any]], alpha: float) -> list[VariantReport]:
-    """Each variant (the base first) against the base, from the ablation's trial rows."""
+    """Each variant (the base first) against the base, from the ablation's trial rows; a variant
+    none of whose trials completed is there with no seeds, never left out."""
     by_variant: dict[str, dict[int, float]] = {}
     for row in rows:
         params = row.get("params") or {}
-        if row.get("metric") is not None:
-            by_variant.setdefault(params["variant"], {})[int(params[SEED_KEY])] = row["metric"]
+        seeds = by_variant.setdefault(params["variant"], {})
+        if completed_metric(row) is not None:
+            seeds[int(params[SEED_KEY])] = row["metric"]
     base = by_variant.get(BASE, {})
     reports = []
     for name in [BASE, *sorted(set(by_variant) - {BASE})]:
@@ -201,7 +218,7 @@ def format_ablation(reports: Sequence[VariantReport], alpha: float) -> str:
         else:
             diff = f"{r.difference:+.4f} ± {r.difference_std:.4f}" if r.differences else "-"
             p = "-" if r.p_value is None else f"{r.p_value:.3g}"
-            verdict = "yes" if r.exceeds_noise else "no"
+            verdict = "yes" if r.exceeds_noise else "no" if r.p_value is not None else UNTESTED
         lines.append(f"{r.variant:<20} {len(r.metrics):>5}  {metric:<20} {diff:<26} {p:>9}  {verdict}")
     lines.append(f"(Welch's two-sided t-test of the variant's seeds against the base's, alpha {alpha:g})")
     return "\n".join(lines)
@@ -242,7 +259,9 @@ def verdicts(reports: Sequence[VariantReport]) -> tuple[dict[str, float], dict[s
     for r in reports:
         values = {"metric_mean": r.mean, "metric_std": r.std} if r.metrics else {}
         if r.variant != BASE:
-            tags[f"ablation.{r.variant}"] = "beyond seed noise" if r.exceeds_noise else "within seed noise"
+            tags[f"ablation.{r.variant}"] = (
+                "beyond seed noise" if r.exceeds_noise else "within seed noise" if r.p_value is not None else UNTESTED
+            )
             values |= {"difference": r.difference, "difference_std": r.difference_std} if r.differences else {}
             values |= {"p_value": r.p_value} if r.p_value is not None else {}
         else:

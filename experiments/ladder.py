@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.ablation import BASE, SEED_KEY
+from experiments.ablation import BASE, SEED_KEY, completed_metric
 from experiments.ladder_spec import STEPS_KEY, LadderSpec, plan_ladder
 from trainer.tracking import metric_values
 
@@ -105,7 +105,7 @@ def analyse_ladder(rows: Sequence[Mapping[str, Any]]) -> list[LadderVerdict]:
         params = row.get("params") or {}
         key = (params["size"], params["variant"])
         steps[key], flops[key], alpha = int(params[STEPS_KEY]), float(params["train_flops"]), float(params["alpha"])
-        if row.get("metric") is not None:
+        if completed_metric(row) is not None:
             metric.setdefault(key, {})[int(params[SEED_KEY])] = row["metric"]
     # Every size any row names, smallest first: a size where the base or a variant has no row yet
     # (an interrupted ladder) is there with its seeds missing, never silently left out.

@@ -130,7 +130,7 @@ def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
         if process.returncode != 0:
             raise TrialFailed(f"training exited {process.returncode}: {_tail(run_dir / 'trial.log')}")
         list(watcher.new_evaluations())
-        summary = {**watcher.summary(run_dir), "wall_seconds": time.time() - started}
+        summary = {**watcher.summary(run_dir, setup.cwd), "wall_seconds": time.time() - started}
         tracked.finish(summary)
     tune.report({**summary, "done_training": True})
 
@@ -199,14 +199,15 @@ class MetricsWatcher:
             "loss_curve": _thin(self.curve),
         }
 
-    def summary(self, run_dir: Path) -> dict[str, Any]:
-        """The whole run: losses, the tokens it trained on and the manifest it read."""
+    def summary(self, run_dir: Path, cwd: str) -> dict[str, Any]:
+        """The whole run: losses, the tokens it trained on and the manifest it read (a relative
+        path in its config is relative to ``cwd``, where its training ran, not to Ray's worker)."""
         step = self.curve[-1][0] if self.curve else 0
         resolved = json.loads((run_dir / "config.resolved.json").read_text())
         data = resolved["data"]
         from mixtures.manifest import Manifest
 
-        fingerprint = Manifest.load(data["manifest"]).fingerprint
+        fingerprint = Manifest.load(Path(cwd) / data["manifest"]).fingerprint
         tokens = int(step) * data["global_batch_size"] * data["seq_len"]
         return {**self._so_far(step), "tokens_seen": tokens, "manifest_fingerprint": fingerprint}
 

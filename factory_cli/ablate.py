@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
+
+from factory_cli.arguments import add_num_cpus_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "ablate") -> None:
@@ -25,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "ablate") -> Non
     )
     parser.add_argument("--resume", action="store_true", help="continue an interrupted ablation")
     parser.add_argument("--address", metavar="ADDR", help="a Ray cluster to run on (default: Ray on this machine)")
-    parser.add_argument("--num-cpus", type=int, metavar="N", help="CPUs for a local Ray (default: all)")
+    add_num_cpus_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         status = finish(outcome)
         print(format_ladder(ladder.ladder_id, verdicts, ladder.ablation.alpha))
         return status
-    from experiments.ablation import format_ablation, load_ablation_spec, run_ablation
+    from experiments.ablation import format_ablation, load_ablation_spec, run_ablation, untested
 
     spec = load_ablation_spec(args.spec)
     outcome, reports = run_ablation(
@@ -50,4 +53,11 @@ def run(args: argparse.Namespace) -> int:
     )
     status = finish(outcome)
     print(format_ablation(reports, spec.alpha))
+    if status == 0 and untested(reports):
+        print(
+            f"error: {', '.join(untested(reports))}: not tested against the base, fewer than 2 completed seeds "
+            f"beside the base's; `factory sweep report {outcome.sweep_id}` shows each failed trial's error",
+            file=sys.stderr,
+        )
+        return 1
     return status

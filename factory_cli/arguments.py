@@ -12,3 +12,19 @@ def add_run_id_argument(parser: argparse.ArgumentParser) -> None:
         help="id of this logical run, bound to its inputs and parameters: the same command again finishes "
         "what an interrupted run left (or does nothing); other inputs or parameters are refused",
     )
+
+
+def add_num_cpus_argument(parser: argparse.ArgumentParser) -> None:
+    """``--num-cpus`` of the commands that start a local Ray (sweep, ablate, mix search)."""
+    parser.add_argument("--num-cpus", type=positive_int, metavar="N", help="CPUs for a local Ray (default: all)")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (argparse then refuses anything else, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from factory_cli.arguments import add_num_cpus_argument
 from factory_cli.text import format_columns
 from mixtures.manifest import Manifest
 
@@ -36,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "mix") -> None:
     search.add_argument("--verify", action="store_true", help="train the chosen mixture fresh and compare it")
     search.add_argument("--resume", action="store_true", help="continue an interrupted search")
     search.add_argument("--address", metavar="ADDR", help="a Ray cluster to run on (default: Ray on this machine)")
-    search.add_argument("--num-cpus", type=int, metavar="N", help="CPUs for a local Ray (default: all)")
+    add_num_cpus_argument(search)
     search.add_argument("--catalog", metavar="NAME", default=argparse.SUPPRESS, help="pyiceberg catalog to use")
     search.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only print errors")
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from factory_cli.arguments import add_num_cpus_argument
+
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "sweep") -> None:
     parser.description = (
@@ -17,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "sweep") -> None
     parser.add_argument("sweep", nargs="?", metavar="SWEEP", help="with `report`: the sweep id")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted sweep (finished trials stay)")
     parser.add_argument("--address", metavar="ADDR", help="a Ray cluster to run on (default: Ray on this machine)")
-    parser.add_argument("--num-cpus", type=int, metavar="N", help="CPUs for a local Ray (default: all)")
+    add_num_cpus_argument(parser)
     parser.add_argument("--sweep-id", metavar="ID", help="the sweep id (default: the spec's name and hash)")
     parser.add_argument(
         "--plots", metavar="DIR", help="report: where the PNGs go (default: the sweep folder's report/)"

@@ -117,13 +117,14 @@ def _spec_file(spec: Mapping[str, Any], folder: Path) -> Path:
 def _run(context: dg.AssetExecutionContext, path: Path, sweep_id: str, expected: int, flags: list[str]) -> list[dict]:
     """`factory ablate` on the spec file (resumed if an earlier attempt left state); its trials' rows,
     every one of them with a metric."""
+    from experiments.ablation import completed_metric
     from experiments.sweep import TUNE_DIR, sweep_dir_of
     from experiments.trials_table import read_trials
 
     resume = ["--resume"] if (sweep_dir_of(sweep_id) / TUNE_DIR).is_dir() else []
     run_factory(context, ["ablate", str(path), *flags, *resume])
     rows = read_trials(catalog(), sweep_id)
-    failed = [r for r in rows if r.get("metric") is None]
+    failed = [r for r in rows if completed_metric(r) is None]
     if failed or len(rows) < expected:
         raise dg.Failure(
             f"ablation {sweep_id}: {len(failed)} of its trials failed and {expected - len(rows)} never finished; "

@@ -107,7 +107,7 @@ def _rows(metrics: dict[tuple[str, str], list[float]], flops: dict[str, float]) 
     for (size, variant), values in metrics.items():
         for seed, value in enumerate(values):
             params = {"size": size, "variant": variant, "run.seed": seed, STEPS_KEY: 10, "alpha": 0.05}
-            rows.append({"metric": value, "params": params | {"train_flops": flops[size]}})
+            rows.append({"status": "completed", "metric": value, "params": params | {"train_flops": flops[size]}})
     return rows
 
 
@@ -156,6 +156,13 @@ def test_the_verdict_needs_the_same_answer_beyond_noise_at_every_size():
     unfinished = _ladder({"s": BASES["s"], "m": BASES["m"]})  # the variant has no row at l yet
     assert [r.outcome for r in unfinished.sizes] == [NOISE, NOISE, MISSING] and unfinished.verdict == INCONCLUSIVE
     assert unfinished.sizes[2].compute == "-"
+    # A failed trial keeps the metric of its last evaluation before it failed: a missing seed.
+    rows = _rows({(s, BASE): v for s, v in BASES.items()} | {(s, "v"): [5.0, 5.0, 5.0] for s in BASES}, FLOPS)
+    for row in rows:
+        if row["params"]["variant"] == "v" and row["params"]["size"] == "l" and row["params"]["run.seed"]:
+            row["status"] = "failed"
+    (failed,) = analyse_ladder(rows)
+    assert failed.sizes[2].outcome == MISSING and "fewer than two paired seeds at l" in failed.reason
 
 
 lake = lake_fixture("ladder-home")

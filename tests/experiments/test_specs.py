@@ -94,6 +94,20 @@ def test_the_metrics_watcher_summarises_a_growing_log(tmp_path):
     assert second[0]["loss_curve"] == [[1, 5.0], [2, 4.5]]
 
 
+def test_a_trials_summary_reads_a_manifest_relative_to_where_its_training_ran(tmp_path, monkeypatch):
+    from experiments.trial import MetricsWatcher
+
+    here, run_dir = tmp_path / "project", tmp_path / "sweep" / "runs" / "t1"
+    here.mkdir()
+    run_dir.mkdir(parents=True)
+    _manifest().save(here / "manifest.json")
+    resolved = {"data": {"manifest": "manifest.json", "global_batch_size": 4, "seq_len": 8}}
+    (run_dir / "config.resolved.json").write_text(json.dumps(resolved))
+    monkeypatch.chdir(tmp_path)  # a Ray worker's folder is not the one the command ran in
+    summary = MetricsWatcher(run_dir / "metrics.jsonl", {}).summary(run_dir, str(here))
+    assert summary["manifest_fingerprint"] == _manifest().fingerprint and summary["tokens_seen"] == 0
+
+
 def test_the_noise_test_and_the_differences_by_seed():
     from experiments.ablation import analyse, format_ablation, noise_test
 
@@ -101,14 +115,24 @@ def test_the_noise_test_and_the_differences_by_seed():
     assert not noise_test([1.0, 1.1, 0.9], [1.05, 0.95, 1.0], 0.05)[1]
     assert noise_test([1.0, 1.0], [1.0, 1.0], 0.05) == (1.0, False)  # identical runs: no difference
 
-    def row(variant, seed, metric):
-        return {"params": {"variant": variant, "run.seed": seed}, "metric": metric}
+    def row(variant, seed, metric, status="completed"):
+        return {"params": {"variant": variant, "run.seed": seed}, "metric": metric, "status": status}
 
     rows = [row("base", s, 1.0 + s / 10) for s in range(3)] + [row("slow", s, 2.0 + s / 5) for s in range(3)]
     reports = {r.variant: r for r in analyse(rows, 0.05)}
     assert reports["slow"].differences == pytest.approx((1.0, 1.1, 1.2))
     assert reports["slow"].difference == pytest.approx(1.1) and reports["slow"].exceeds_noise
     assert "yes" in format_ablation(list(reports.values()), 0.05)
+    # A failed trial's metric is from an evaluation before it failed: a missing seed, not a measurement.
+    rows[3] = row("slow", 0, 0.1, "failed")
+    assert analyse(rows, 0.05)[1].metrics == pytest.approx((2.2, 2.4))
+    # A variant none of whose trials completed is reported, untested, not left out.
+    from experiments.ablation import UNTESTED, untested
+
+    rows += [row("broken", s, None, "failed") for s in range(3)]
+    reports = analyse(rows, 0.05)
+    assert [r.variant for r in reports] == ["base", "broken", "slow"] and untested(reports) == ["broken"]
+    assert UNTESTED in format_ablation(reports, 0.05).splitlines()[2]
 
 
 def test_an_ablation_spec_refuses_a_variant_that_is_not_one_change():

@@ -42,7 +42,13 @@ def _verdicts(effects: dict[str, tuple[float, float]]) -> list:
             for seed, metric in enumerate(base[size]):
                 params = {"size": size, "variant": variant, "run.seed": seed, "train.steps": 10, "alpha": 0.05}
                 params["train_flops"] = {"s": 1e9, "l": 2e9}[size]
-                rows.append({"metric": metric + change + 0.001 * seed * (variant != "base"), "params": params})
+                rows.append(
+                    {
+                        "status": "completed",
+                        "metric": metric + change + 0.001 * seed * (variant != "base"),
+                        "params": params,
+                    }
+                )
     return analyse_ladder(rows)
 
 
