@@ -215,6 +215,7 @@ def _check_experiment_spec(kind: str, name: str, spec: Mapping[str, Any], run: R
     from experiments.ablation import ablation_spec_from_dict
     from experiments.ladder_spec import ladder_spec_from_dict
     from experiments.sweep_spec import sweep_spec_from_dict
+    from experiments.trial import param_overrides
 
     full = {**{k: v for k, v in spec.items() if k != "run"}, "name": name, "config": run.config}
     check_spec = ladder_spec_from_dict if "ladder" in spec else ablation_spec_from_dict
@@ -227,7 +228,23 @@ def _check_experiment_spec(kind: str, name: str, spec: Mapping[str, Any], run: R
     for where, changes in _varied(spec, key):
         refuse_owned(changes, where, owned, how="varied")
     # Its trials train the run's config with the run's overrides and then its own (checked as strings above).
-    config_path(run.config, f"{key}.set", Path("/"), (*run.set, *spec.get("set", ())))
+    overrides = (*run.set, *spec.get("set", ()))
+    config_path(run.config, f"{key}.set", Path("/"), overrides)
+    for where, changes in _trial_changes(spec, key):  # a mistyped key fails now, not after the chain ran
+        if extra := param_overrides(changes):
+            config_path(run.config, where, Path("/"), (*overrides, *extra))
+
+
+def _trial_changes(spec: Mapping[str, Any], key: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """(where, the config keys and values a trial sets) for each ablation variant, each ladder size,
+    and each variant at each size: what `factory ablate` checks before Ray starts."""
+    variants = [(f"{key}.variants.{name}", changes) for name, changes in spec.get("variants", {}).items()]
+    ladder = spec.get("ladder")
+    sizes = [(f"{key}.ladder.sizes.{name}", keys) for name, keys in (ladder or {}).get("sizes", {}).items()]
+    both = [
+        (f"{v} at size {s.rpartition('.')[2]}", {**size, **changes}) for v, changes in variants for s, size in sizes
+    ]
+    return [*variants, *sizes, *both]
 
 
 def _varied(spec: Mapping[str, Any], key: str) -> list[tuple[str, Mapping[str, Any]]]:

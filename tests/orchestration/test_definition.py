@@ -212,6 +212,26 @@ def test_a_set_of_a_key_the_factory_sets_is_refused(tmp_path, runs, extra, gate,
         load_definition(two_sources(tmp_path, runs=runs, extra=extra, gate=gate))
 
 
+@pytest.mark.parametrize(
+    ("experiment", "message"),
+    [
+        ('variants = { qk = { "model.qk_normm" = true } }',
+         r"experiments\.ablations\.arch\.variants\.qk: .*unknown key\(s\) qk_normm"),
+        ('variants = { wide = { "model.dim" = 63 } }', r"experiments\.ablations\.arch\.variants\.wide: .*model\.dim"),
+        ('variants = { low = { "optim.lr" = 0.001 } }\nladder = { sizes = { a = { "model.dim" = 64 }, '
+         'b = { "model.dimm" = 128 } } }', r"experiments\.ablations\.arch\.ladder\.sizes\.b: .*unknown key\(s\) dimm"),
+    ],
+)  # fmt: skip
+def test_an_ablations_variants_and_ladder_sizes_are_checked_against_the_config_when_it_loads(
+    tmp_path, experiment, message
+):
+    config = REPO / "configs" / "demo-train.toml"
+    runs = f'[runs.small]\nconfig = "{config}"\nmixture = "both"\n'
+    extra = f'[experiments.ablations.arch]\nrun = "small"\nseeds = 2\n{experiment}\n'
+    with pytest.raises(ConfigError, match=message):
+        load_definition(two_sources(tmp_path, runs=runs, extra=extra))
+
+
 def test_a_tilde_in_a_path_is_the_users_home(tmp_path, monkeypatch):
     home = tmp_path / "home"
     monkeypatch.setenv("HOME", str(home))
