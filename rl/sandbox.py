@@ -162,20 +162,21 @@ def require_bwrap() -> None:
     """Refuse, with MissingDependencyError, a machine where the repository sandbox cannot run."""
     if not _bwrap_works():
         raise MissingDependencyError(
-            "rollouts need bubblewrap with util-linux's prlimit (apt-get install bubblewrap util-linux): "
+            f"rollouts need bubblewrap with util-linux's prlimit on {_ENV['PATH']}, the sandbox's PATH (apt-get "
+            "install bubblewrap util-linux): "
             "only a mount namespace isolates one changed file of a repository from every other run's"
         )
 
 
 @functools.cache
 def _bwrap_works() -> bool:
-    if shutil.which("bwrap") is None or shutil.which("prlimit") is None:
-        return False
-    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+    # Found, and tried, as a rollout launches them: with the sandbox's PATH, not the caller's.
+    tools = ("bwrap", "prlimit", *(("setpriv",) if os.geteuid() == 0 else ()))
+    if any(shutil.which(tool, path=_ENV["PATH"]) is None for tool in tools):
         return False
     command = ["bwrap", "--ro-bind", "/", "/", "--unshare-net", "--die-with-parent", "--", "true"]
     try:
-        return subprocess.run(command, capture_output=True, timeout=30, check=False).returncode == 0
+        return subprocess.run(command, env=_ENV, capture_output=True, timeout=30, check=False).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 

@@ -158,3 +158,17 @@ def test_a_machine_without_the_repository_sandbox_is_refused_before_anything_is_
     with pytest.raises(MissingDependencyError, match=r"apt-get install bubblewrap"):
         build(None, catalog, _toy_options(toy))  # no Spark: it must not get that far
     assert not catalog.table_exists(("raw", "rl_repositories"))
+
+
+def test_the_sandbox_probe_looks_for_bubblewrap_where_a_rollout_launches_it(tmp_path, monkeypatch):
+    """A bwrap on the caller's PATH but not on the sandbox's (/usr/bin:/bin) passed the probe, and then
+    every rollout failed to start it; the probe now looks with the sandbox's PATH."""
+    import rl.sandbox
+
+    monkeypatch.setitem(rl.sandbox._ENV, "PATH", str(tmp_path))  # a sandbox PATH without bubblewrap
+    rl.sandbox._bwrap_works.cache_clear()
+    try:
+        with pytest.raises(MissingDependencyError, match=rf"on {tmp_path}, the sandbox's PATH"):
+            rl.sandbox.require_bwrap()
+    finally:
+        rl.sandbox._bwrap_works.cache_clear()
