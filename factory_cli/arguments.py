@@ -9,6 +9,7 @@ def add_run_id_argument(parser: argparse.ArgumentParser) -> None:
     """``--run-id`` of the jobs that commit (ingest, dedup, filter)."""
     parser.add_argument(
         "--run-id",
+        type=_run_id,
         help="id of this logical run, bound to its inputs and parameters: the same command again finishes "
         "what an interrupted run left (or does nothing); other inputs or parameters are refused",
     )
@@ -28,3 +29,14 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def _run_id(text: str) -> str:
+    """An argparse type: a valid run id, refused with the usage (exit 2) before any work starts."""
+    from lakehouse.commit import check_run_id
+    from lakehouse.errors import InvalidIdentifierError
+
+    try:
+        return check_run_id(text)
+    except InvalidIdentifierError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -62,6 +62,15 @@ class StagedFile:
     records: int
 
 
+def check_run_id(run_id: str) -> str:
+    """``run_id`` if it can name a run; else ``InvalidIdentifierError`` saying what one is."""
+    if not _RUN_ID.match(run_id):
+        raise InvalidIdentifierError(
+            f"invalid run id {run_id!r}: letters, digits, '_', '.', '-', at most 128 characters"
+        )
+    return run_id
+
+
 @dataclass(frozen=True)
 class Run:
     """One logical run of a job; ``attempt_id`` is new each time the process starts."""
@@ -75,10 +84,7 @@ class Run:
     attempt_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     def __post_init__(self) -> None:
-        if not _RUN_ID.match(self.run_id):
-            raise InvalidIdentifierError(
-                f"invalid run id {self.run_id!r}: letters, digits, '_', '.', '-', at most 128 characters"
-            )
+        check_run_id(self.run_id)
         if any(not key.startswith("factory.") for key in self.properties):
             raise ValueError(f"run properties must be factory.* names, got {sorted(self.properties)}")
 

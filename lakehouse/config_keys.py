@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import math
 import types
 import typing
 from collections.abc import Iterable, Mapping
 
 from lakehouse.errors import ConfigError, FactoryError
 
-_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string"}
 
 
 def refuse_unknown_keys(
@@ -48,8 +49,8 @@ def _matches(value: object, hint: object) -> bool:
         return isinstance(value, bool)
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is float:  # TOML has inf and nan; no setting here means either
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if hint is str:
         return isinstance(value, str)
     return True  # a type this check does not know: left to the dataclass's own checks

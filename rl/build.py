@@ -86,8 +86,8 @@ class BuildOptions:
         for name in ("max_test_modules", "max_tests_per_module", "max_functions", "max_tests_per_task"):
             if getattr(self, name) < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if self.test_timeout <= 0:
-            raise InputError(f"--test-timeout must be positive, got {self.test_timeout}")
+        if not (math.isfinite(self.test_timeout) and self.test_timeout > 0):
+            raise InputError(f"--test-timeout must be a positive number of seconds, got {self.test_timeout}")
         if self.parallelism is not None and self.parallelism < 1:
             raise InputError(f"--parallelism must be at least 1, got {self.parallelism}")
         parse_identifier(self.output)

@@ -368,7 +368,10 @@ SPACES = [
     # Each value passes alone; together they do not (a head of 40 / 8 = 5 is odd).
     ({"model.dim": [64, 40], "model.n_heads": [4, 8]}, r"model\.dim = 40, model\.n_heads = 8\): model head size"),
     ({"optim.lr": {"uniform": [0.0, 0.1]}}, r"space \(optim\.lr = 0\.0\): optim\.lr must be > 0"),
-    ({"optim.lr": {"choice": [0.01, "fast"]}}, r'optim\.lr = "fast"\): optim\.lr must be a number, got \'fast\''),
+    (
+        {"optim.lr": {"choice": [0.01, "fast"]}},
+        r'optim\.lr = "fast"\): optim\.lr must be a finite number, got \'fast\'',
+    ),
     ({"model.n_heads": {"randint": [1, 4]}}, r"model\.n_heads = 3\): model\.dim 64 must divide by n_heads 3"),
     ({"mixture.cdoe": [1.0]}, r"space\.mixture\.cdoe: unknown component\(s\) cdoe; the base manifest's: code, text"),
     ({"mixture": [{"code": 1, "txet": 1}]}, r"space\.mixture: unknown component\(s\) txet"),

@@ -108,6 +108,11 @@ def test_the_command_refuses_bad_options_before_starting_spark(factory_home, toy
     assert done.returncode == 2 and "no repository named no-such-package" in done.stderr, done.stderr[-2000:]
     done = run_factory("rl", "build", "--path", str(toy), "--max-functions", "0")
     assert done.returncode == 2 and "--max-functions must be at least 1" in done.stderr
+    for bad in ("nan", "inf"):  # a Spark task's traceback before
+        done = run_factory("rl", "build", "--path", str(toy), "--test-timeout", bad)
+        assert done.returncode == 2 and "--test-timeout must be a positive number" in done.stderr, done.stderr[-2000:]
+    done = run_factory("rl", "build", "--path", str(toy), "--run-id", "bad id/../x")  # after the ingest before
+    assert done.returncode == 2 and "invalid run id 'bad id/../x'" in done.stderr and "Spark" not in done.stderr
     done = run_factory("rl", "build", "--path", str(toy.parent))
     assert done.returncode == 2 and "is not a package folder with tests" in done.stderr
 

@@ -27,6 +27,7 @@ def test_defaults_and_overrides():
         ({**START, "sampling": {}}, r"unknown config section \[sampling\]"),
         ({**START, "rollout": {"group_size": 1}}, "group_size must be >= 2"),
         ({**START, "rollout": {"temperature": 0}}, "temperature must be > 0"),
+        ({**START, "rollout": {"temperature": float("inf")}}, "rollout.temperature must be a finite number, got inf"),
         ({**START, "tasks": {"source": "rl.tasks"}}, "tasks.source must be one of arithmetic, table"),
         ({**START, "tasks": {"source": "table", "table": ""}}, "tasks.table must name a table"),
     ],

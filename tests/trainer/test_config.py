@@ -38,7 +38,10 @@ def test_presets_fill_model_dimensions_and_fields_override():
         ("train.compile='yes'", "train.compile must be true or false, got 'yes'"),
         ("train.steps=abc", "train.steps must be an integer, got 'abc'"),
         ("data.seq_len=1.5", "data.seq_len must be an integer"),
-        ("optim.weight_decay='0.1'", "optim.weight_decay must be a number"),
+        ("optim.weight_decay='0.1'", "optim.weight_decay must be a finite number"),
+        # TOML has inf and nan: an lr of inf passed "> 0" and failed in a rank as NaN probabilities.
+        ("optim.lr=inf", "optim.lr must be a finite number, got inf"),
+        ("optim.betas=[0.9, nan]", "optim.betas must be a list of 2 values"),
         ("eval.manifest=5", "eval.manifest must be a string"),
         ("optim.betas=[0.9, true]", "optim.betas must be a list of 2 values"),
         ("model.vocab_size=-5", "model.vocab_size must be >= 0"),
