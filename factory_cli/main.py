@@ -141,10 +141,12 @@ def _execute(module, args: argparse.Namespace) -> int:
         # py4j logs its failed sends to the root logger, at INFO with a traceback, when the JVM has
         # died: the command's own error says why it died.
         handler.addFilter(lambda record: not (record.name == "root" and "/py4j/" in record.pathname))
+    from lakehouse.redact import redact
+
     try:
         return module.run(args)
-    except FactoryError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except FactoryError as exc:  # redacted: a message may repeat a URI as the user typed it
+        print(f"error: {redact(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -155,7 +157,7 @@ def _execute(module, args: argparse.Namespace) -> int:
         explained = explain(exc, args)
         if explained is None:
             raise
-        print(f"error: {explained}", file=sys.stderr)
+        print(f"error: {redact(str(explained))}", file=sys.stderr)
         return 2
 
 

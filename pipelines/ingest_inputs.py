@@ -17,6 +17,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from lakehouse.errors import InputError
+from lakehouse.redact import redact
 from pipelines.ingest_records import RecordConfig, file_record, jsonl_records, mapping_records, refused
 
 FORMATS = ("jsonl", "parquet", "files")
@@ -76,11 +77,17 @@ def discover(
 
 def _expand(given: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> Iterator[InputFile]:
     uri = given if "://" in given else Path(given).resolve().as_uri()
-    fs, root = pafs.FileSystem.from_uri(uri)
-    info = fs.get_file_info(root)
     scheme = uri.split("://", 1)[0]
+    try:
+        fs, root = pafs.FileSystem.from_uri(uri)
+    except (pa.ArrowInvalid, ValueError) as exc:  # an unknown scheme, a malformed URI
+        raise InputError(
+            f"cannot read input {redact(given)}: {redact(str(exc))} (local paths, file://, s3://, gs://, hdfs:// "
+            "and the other filesystems pyarrow knows are read)"
+        ) from None
+    info = fs.get_file_info(root)
     if info.type == pafs.FileType.NotFound:
-        raise InputError(f"input {given} does not exist")
+        raise InputError(f"input {redact(given)} does not exist")
     if info.type == pafs.FileType.File:
         yield InputFile(f"{scheme}://{root}", posixpath.basename(root), info.size)
         return

@@ -130,3 +130,13 @@ def test_catalog_errors_do_not_echo_the_password(tmp_path):
     assert proc.returncode == 2 and "cannot load catalog 'broken'" in proc.stderr
     assert PASSWORD not in proc.stdout + proc.stderr
     assert "postgres://factory_secret:***@127.0.0.1:1/x" in proc.stderr
+
+
+def test_an_input_uri_with_a_credential_is_refused_without_echoing_it(tmp_path):
+    """A scheme pyarrow cannot read gave a traceback that repeated the URI, password and all."""
+    uri = f"https://{ROLE}:{PASSWORD}@127.0.0.1:9/data/part.jsonl"
+    env = {"FACTORY_HOME": str(tmp_path / "home")}
+    proc = run_factory("ingest", "--source", "web", "--format", "jsonl", uri, "--output", "raw.web", env=env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert f"cannot read input https://{ROLE}:***@127.0.0.1:9/data/part.jsonl" in proc.stderr
+    assert PASSWORD not in proc.stdout + proc.stderr
