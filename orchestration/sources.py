@@ -131,13 +131,19 @@ def _refine_asset(
             snapshot = head(cat, upstream)
             if snapshot is None:
                 raise dg.Failure(f"{upstream} has no snapshot yet: nothing to refine into {table}")
-            if (upstream, snapshot) in refined_inputs(cat, table):
+            # Dedup appends, against its own output: an input it has taken in is done, whatever its
+            # options. Filter and decontaminate replace the table's content: an input refined before
+            # is refined again when their options changed (a filter config, the eval sets).
+            taken_in = (upstream, snapshot) in refined_inputs(cat, table)
+            if taken_in and step == "dedup":
                 context.log.info("%s@%s is already refined into %s", upstream, snapshot, table)
                 return _result(table, "")
             argv, options = build(source, f"{upstream}@{snapshot}", table, head(cat, table))
             step_id = run_id(f"{definition.name}-{source.name}-{step}", f"{upstream}@{snapshot}", options)
             if committed(cat, table, step_id):
                 return _result(table, "")
+            if taken_in:
+                context.log.warning("%s: %s's options changed; refining %s@%s again", table, step, upstream, snapshot)
             return _result(table, run_factory(context, [*argv, "--run-id", step_id]))
 
     return refine

@@ -35,3 +35,26 @@ def test_a_file_added_to_a_source_is_ingested_alone_and_quarantines_no_old_recor
     assert sorted(documents) == sorted(f"record number {i}" for i in range(7))
     last = catalog.load_table(("raw", "web")).current_snapshot().summary
     assert (last["factory.stats.files"], last["factory.stats.files-skipped"]) == ("1", "2")
+
+
+def test_a_changed_filter_config_refines_the_same_input_again(spark, catalog, tmp_path):
+    """A filter config edited after its source was refined was ignored until new files came."""
+    from quality.config import load_config
+
+    path = two_sources(tmp_path / "factory")
+    config = path.parent / "web-filter.toml"
+    config.write_text('filters = ["size"]\n[size]\nmin_bytes = 1\n')
+    path.write_text(path.read_text().replace('filter = "docs"', f'filter = "{config}"', 1))
+    records(path.parent / "web" / "part-0.jsonl", range(0, 12))
+    materialise(load_definition(path), ["web/raw", "web/filtered"], quiet=True)
+    assert len(catalog.load_table(("filtered", "web")).scan().to_arrow()) == 12
+
+    config.write_text('filters = ["size"]\n[size]\nmin_bytes = 16\n')  # "record number 10" and 11: 16 bytes
+    materialise(load_definition(path), ["web/raw", "web/filtered"], quiet=True)
+    filtered = catalog.load_table(("filtered", "web"))
+    assert filtered.current_snapshot().summary["factory.filter-config-sha256"] == load_config(str(config)).sha256
+    assert len(filtered.scan().to_arrow()) == 2  # the other ten are 15 bytes
+
+    head = filtered.current_snapshot().snapshot_id
+    materialise(load_definition(path), ["web/raw", "web/filtered"], quiet=True)  # nothing changed: nothing run
+    assert catalog.load_table(("filtered", "web")).current_snapshot().snapshot_id == head
