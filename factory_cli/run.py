@@ -83,6 +83,9 @@ def materialise(definition, select: Sequence[str] | None = None, *, verbose: boo
             for step, message in step_warnings(instance, result.run_id):
                 print(f"warning: {step}: {message}", file=sys.stderr, flush=True)
     skipped = report(result)
+    if not quiet:  # what the factory decided by itself in this run (the gate, mixtures, ablations)
+        for line in decided(result.run_id):
+            print(line, flush=True)
     # Each step works through a command, but the gate, which promotes what a refine command made:
     # none ran, so no step had anything new.
     if not (quiet or runner.ran or skipped):
@@ -109,6 +112,17 @@ def step_warnings(instance, run_id: str) -> list[tuple[str, str]]:
         for entry in instance.all_logs(run_id)
         if entry.dagster_event is None and entry.level >= logging.WARNING
     ]
+
+
+def decided(run_id: str) -> list[str]:
+    """One line per decision the run recorded: its kind and subject, verdict and reason."""
+    from pyiceberg.expressions import EqualTo
+
+    from lakehouse.decisions import read_decisions
+    from orchestration.state import catalog
+
+    rows = read_decisions(catalog(), row_filter=EqualTo("orchestrator_run", run_id))
+    return [f"decided: {r['kind']} {r['subject']}: {r['verdict']}: {r['reason']}" for r in rows]
 
 
 def report(result) -> list[str]:

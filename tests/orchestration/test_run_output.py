@@ -1,0 +1,30 @@
+"""What `factory run` prints, on real Spark, Iceberg and Dagster."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from factory_cli.run import materialise
+from orchestration.definition_load import load_definition
+from tests.orchestration.definitions import two_sources
+
+pytestmark = pytest.mark.engine  # real Spark, Dagster and a real Iceberg catalog
+
+
+def test_a_run_prints_what_the_factory_decided(spark, catalog, tmp_path, capsys):
+    """The gate's verdict and reason were logged at INFO, which `factory run` does not show."""
+    path = two_sources(tmp_path / "factory")
+    config = path.parent / "web-filter.toml"
+    config.write_text('filters = ["size"]\n[size]\nmin_bytes = 1\n')
+    path.write_text(path.read_text().replace('filter = "docs"', f'filter = "{config}"', 1))
+    lines = (json.dumps({"id": f"r{i}", "text": f"document number {i}"}) for i in range(8))
+    (path.parent / "web" / "part-0.jsonl").write_text("\n".join(lines) + "\n")
+    materialise(load_definition(path), ["web/production"])
+    printed = capsys.readouterr().out
+    assert "decided: refinement-gate web: promoted: filtered.web@" in printed, printed[-3000:]
+    assert "is the first snapshot: there is nothing to compare it with" in printed
+
+    materialise(load_definition(path), ["web/production"])  # nothing new: nothing decided
+    assert "decided:" not in capsys.readouterr().out
