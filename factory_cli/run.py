@@ -182,7 +182,9 @@ def _instance():
 
     import dagster as dg
 
-    if os.environ.get("DAGSTER_HOME"):
+    if home := os.environ.get("DAGSTER_HOME"):
+        if not os.path.isdir(home):  # Dagster's own refusal is a traceback
+            raise ConfigError(f"DAGSTER_HOME={home} is not a folder: create it (mkdir -p {home}) or unset DAGSTER_HOME")
         with dg.DagsterInstance.get() as instance:
             yield instance
     else:

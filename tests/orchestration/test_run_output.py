@@ -28,3 +28,14 @@ def test_a_run_prints_what_the_factory_decided(spark, catalog, tmp_path, capsys)
 
     materialise(load_definition(path), ["web/production"])  # nothing new: nothing decided
     assert "decided:" not in capsys.readouterr().out
+
+
+def test_a_dagster_home_that_is_not_a_folder_is_refused_before_any_step(tmp_path, monkeypatch):
+    from lakehouse.errors import ConfigError
+
+    path = two_sources(tmp_path / "factory")
+    (path.parent / "web" / "part-0.jsonl").write_text(json.dumps({"id": "r1", "text": "text"}) + "\n")
+    missing = tmp_path / "dagster-home"
+    monkeypatch.setenv("DAGSTER_HOME", str(missing))
+    with pytest.raises(ConfigError, match=rf"DAGSTER_HOME={missing} is not a folder: create it"):
+        materialise(load_definition(path), ["web/raw"])
