@@ -138,6 +138,9 @@ def report(result) -> list[str]:
             cause = _cause(getattr(failed.event_specific_data, "error", None)) if failed else "failed"
             raise FactoryError(f"the factory's run failed before any step ran: {cause} (`factory run -v` shows more)")
         first = failures[0]
+        if _interrupted(first.step_failure_data.error):  # Ctrl-C or SIGTERM: said as any command says it
+            print(f"interrupted during step {first.step_key}: run the same command again to finish", file=sys.stderr)
+            raise KeyboardInterrupt
         raise FactoryError(f"step {first.step_key} failed: {_cause(first.step_failure_data.error)}")
     return skipped
 
@@ -148,6 +151,14 @@ def _ingested(definition, assets: list, selection) -> list[str]:
 
     chosen = None if selection is None else selection.resolve(assets)
     return [name for name in definition.sources if chosen is None or step_key(name, "raw") in chosen]
+
+
+def _interrupted(error) -> bool:
+    while error is not None:
+        if error.cls_name in ("DagsterExecutionInterruptedError", "KeyboardInterrupt"):
+            return True
+        error = error.cause
+    return False
 
 
 def _cause(error) -> str:

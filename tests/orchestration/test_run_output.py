@@ -39,3 +39,30 @@ def test_a_dagster_home_that_is_not_a_folder_is_refused_before_any_step(tmp_path
     monkeypatch.setenv("DAGSTER_HOME", str(missing))
     with pytest.raises(ConfigError, match=rf"DAGSTER_HOME={missing} is not a folder: create it"):
         materialise(load_definition(path), ["web/raw"])
+
+
+def test_an_interrupted_run_says_so_and_the_same_command_finishes_it(tmp_path):
+    """Ctrl-C mid-step ended in `error: step … failed: dagster._core.errors.DagsterExecutionInterruptedError`."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    path = two_sources(tmp_path / "factory")
+    (path.parent / "web" / "part-0.jsonl").write_text(json.dumps({"id": "r1", "text": "some text"}) + "\n")
+    env = {**os.environ, "FACTORY_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "factory_cli.main", "run", str(path), "--select", "web/filtered"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # fmt: skip
+    for line in process.stdout:
+        if line.startswith("· factory filter"):  # a step at work
+            os.killpg(process.pid, signal.SIGINT)  # Ctrl-C in a terminal reaches the whole group
+            break
+    _, errors = process.communicate(timeout=300)
+    assert process.returncode == 130, errors[-3000:]
+    assert "interrupted during step web__filtered: run the same command again to finish" in errors
+    assert "Traceback" not in errors and "DagsterExecutionInterruptedError" not in errors, errors[-3000:]
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
