@@ -216,8 +216,11 @@ def evals_asset(definition: FactoryDefinition, declared: Eval) -> dg.AssetsDefin
         group_name=GROUP,
         kinds={"iceberg"},
         required_resource_keys={"commands"},
-        description=f"rows of evals.results: {', '.join(declared.suites)} on each {declared.cadence} checkpoint "
-        "of " + ", ".join(declared.runs) + " (`factory eval`)",
+        description=f"rows of evals.results: {', '.join(declared.suites)} on "
+        + ("each checkpoint" if declared.cadence == "checkpoint" else "the last checkpoint")
+        + " of "
+        + ", ".join(declared.runs)
+        + " (`factory eval`)",
     )
     def evals(context: dg.AssetExecutionContext, config: EvalConfig) -> dg.MaterializeResult:
         targets = [config.checkpoint] if config.checkpoint else []
