@@ -23,6 +23,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def refuse_changed_config(cfg) -> None:
+    """Refuse to resume a run under another config than it started with: its rollouts would go to
+    ``rl.rollouts`` under another run id (a hash of the config), and its lineage name only those."""
+    import json
+    from pathlib import Path
+
+    from trainer.checkpoint import latest_checkpoint
+
+    run_dir = Path(cfg.run.dir)
+    saved = run_dir / "config.resolved.json"
+    if latest_checkpoint(run_dir) is None or not saved.is_file():
+        return  # nothing to resume: the run starts at step 0
+    before = json.loads(saved.read_text())
+    now = json.loads(json.dumps(cfg.to_dict(), default=list))
+    changed = [
+        f"{section}.{key}"
+        for section in sorted(set(before) | set(now))
+        for key in sorted(set(before.get(section, {})) | set(now.get(section, {})))
+        if (section, key) != ("run", "dir") and before.get(section, {}).get(key) != now.get(section, {}).get(key)
+    ]
+    if changed:
+        raise ConfigError(
+            f"{run_dir} was started with other settings ({', '.join(changed)}); resume it with the config it started "
+            f"with ({saved}), or train into a new run.dir with start.checkpoint set to its newest checkpoint"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from rl.train_config import load_rl_config
     from trainer.launch import command
@@ -32,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--nproc must be at least 1")
     cfg = load_rl_config(args.config, args.set)  # fail here, before starting any rank
     cfg.check_world(args.nproc)
+    if args.resume:
+        refuse_changed_config(cfg)
     read_lineage(cfg.start.checkpoint)  # the starting checkpoint: there, complete, readable
     argv = command(args.config, args.nproc, args.set, args.resume, module="rl.learner")
     return launch(argv, args.nproc)

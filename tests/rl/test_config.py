@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from lakehouse.errors import ConfigError
@@ -57,3 +59,20 @@ def test_the_command_says_what_is_wrong_and_exits_2(tmp_path):
     config.write_text(f'[start]\ncheckpoint = "{tmp_path / "none"}"\n')
     no_start = run_factory("rl", "train", "--config", str(config), "--nproc", "2")
     assert no_start.returncode == 2 and no_start.stderr.startswith(f"error: {tmp_path / 'none'} is not a checkpoint")
+
+
+def test_a_resume_under_other_settings_is_refused_before_any_rank_starts(tmp_path):
+    """A run resumed with train.steps changed went on under another rollouts run id, so its last
+    checkpoint's lineage named only the steps after the resume."""
+    run_dir = tmp_path / "run"
+    config = tmp_path / "rl.toml"
+    config.write_text(f'[start]\ncheckpoint = "{tmp_path / "start"}"\n[run]\ndir = "{run_dir}"\n[train]\nsteps = 6\n')
+    step = run_dir / "checkpoints" / "step-6"
+    step.mkdir(parents=True)
+    (step / "COMPLETE").write_text("")
+    started = load_rl_config(config)
+    (run_dir / "config.resolved.json").write_text(json.dumps(started.to_dict(), default=list))
+    proc = run_factory("rl", "train", "--config", str(config), "--set", "train.steps=8", "--resume")
+    assert proc.returncode == 2 and f"{run_dir} was started with other settings (train.steps)" in proc.stderr
+    same = run_factory("rl", "train", "--config", str(config), "--resume")  # gets as far as the start checkpoint
+    assert same.returncode == 2 and f"{tmp_path / 'start'} is not a checkpoint" in same.stderr, same.stderr
