@@ -69,7 +69,18 @@ def pipeline_runs(catalog: Catalog, table: str, snapshot_id: int, _memo: dict | 
 def format_lineage(lineage: dict[str, Any]) -> str:
     """The lineage of a checkpoint as an indented tree for people."""
     lines = [
-        f"checkpoint {lineage.get('checkpoint', '?')}  step {lineage.get('step')}  code {lineage.get('code_version')}",
+        f"checkpoint {lineage.get('checkpoint', '?')}  step {lineage.get('step')}  code {lineage.get('code_version')}"
+    ]
+    rl = lineage.get("rl")
+    if rl:  # an RL checkpoint (rl/learner.py): what follows its own part is its starting checkpoint's
+        start, tasks = rl["start"], rl["tasks"]
+        lines.append(
+            f"reinforcement learning from checkpoint {start['checkpoint']} (step {start['step']}), "
+            f"tasks {tasks.get('source')}: {tasks.get('tasks')} trained on, {tasks.get('heldout')} held out"
+        )
+        lines.extend(_format_rl(rl))
+        lines.append("pre-trained, as its starting checkpoint says:")
+    lines += [
         f"manifest {lineage['manifest'].get('path', '')}  fingerprint {lineage['manifest'].get('fingerprint', '?')}",
         f"tokenizer {lineage['tokenizer']['path']}  sha256 {lineage['tokenizer']['sha256'][:16]}…",
         "loader position: next global batch {next_global_batch}, {sequences} sequences, {tokens} tokens".format(
@@ -84,14 +95,6 @@ def format_lineage(lineage: dict[str, Any]) -> str:
         lines.append(
             f"mlflow run {tracked['run_id']}  experiment {tracked['experiment']}  at {tracked['tracking_uri']}"
         )
-    rl = lineage.get("rl")
-    if rl:  # an RL checkpoint (rl/learner.py): the data below is its starting checkpoint's
-        start, tasks = rl["start"], rl["tasks"]
-        lines.append(
-            f"reinforcement learning from checkpoint {start['checkpoint']} (step {start['step']}), "
-            f"tasks {tasks.get('source')}: {tasks.get('tasks')} trained on, {tasks.get('heldout')} held out"
-        )
-        lines.extend(_format_rl(rl))
     lines.append("data:")
     for component in lineage.get("components", []):
         lines.append(

@@ -179,6 +179,10 @@ def test_an_rl_checkpoint_shows_its_task_snapshot_rollouts_and_config():
     assert "  tasks rl.tasks@11 (built by rl-build-1 from raw.rl_repositories@7)" in shown
     assert "  rollouts rl.rollouts@22 (run rl-abc)" in shown
     assert "  config: seed 3, 4 steps of 2 tasks x 4 samples, kl_beta 0.04, lr 0.01" in shown
+    # The starting checkpoint's pre-training comes after the RL run's own part, and says whose it is.
+    own, _, inherited_part = shown.partition("pre-trained, as its starting checkpoint says:\n")
+    assert "rollouts rl.rollouts@22" in own and "loader position" not in own
+    assert inherited_part.startswith("manifest m.yaml") and "next global batch 40" in inherited_part
 
 
 def test_a_damaged_checkpoint_folder_is_refused_naming_what_is_wrong(tmp_path):
