@@ -96,12 +96,15 @@ def format_lineage(lineage: dict[str, Any]) -> str:
             f"mlflow run {tracked['run_id']}  experiment {tracked['experiment']}  at {tracked['tracking_uri']}"
         )
     lines.append("data:")
+    shown: set[tuple[str, int]] = set()
     for component in lineage.get("components", []):
         lines.append(
             f"  {component['name']}  weight {component['weight']}  {component['table']}@{component['snapshot_id']}"
         )
         for run in component.get("runs", []):
-            _format_run(run, "    ", lines)
+            if (run["table"], run["snapshot_id"]) not in shown:
+                shown.add((run["table"], run["snapshot_id"]))
+                _format_run(run, "    ", lines, shown)
     if lineage.get("lineage_error"):
         lines.append(f"  (pipeline runs unavailable: {lineage['lineage_error']})")
     return "\n".join(lines)
@@ -143,7 +146,10 @@ def _format_provenance(provenance: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _format_run(run: dict[str, Any], indent: str, lines: list[str]) -> None:
+def _format_run(run: dict[str, Any], indent: str, lines: list[str], shown: set[tuple[str, int]]) -> None:
+    """One run and, once each, the runs behind its inputs: a run reached again (an append table's
+    earlier runs under each later snapshot, a dedup's ``--against``, its own earlier output) is
+    counted, not shown again, so the tree grows with the runs rather than with their square."""
     stats = ", ".join(f"{k}={v}" for k, v in run["stats"].items() if "." not in k)
     lines.append(
         f"{indent}└─ {run['job']} run {run['run_id']} → {run['table']}@{run['snapshot_id']} ({run['committed_at']})"
@@ -153,8 +159,13 @@ def _format_run(run: dict[str, Any], indent: str, lines: list[str]) -> None:
     for entry in run["inputs"]:
         if "table" in entry:
             lines.append(f"{indent}     from {entry['table']}@{entry['snapshot_id']}")
-            for upstream in entry.get("runs", []):
-                _format_run(upstream, indent + "       ", lines)
+            runs = entry.get("runs", [])
+            new = [r for r in runs if (r["table"], r["snapshot_id"]) not in shown]
+            for upstream in new:
+                shown.add((upstream["table"], upstream["snapshot_id"]))
+                _format_run(upstream, indent + "       ", lines, shown)
+            if len(runs) > len(new):
+                lines.append(f"{indent}       … and {len(runs) - len(new)} run(s) shown above")
         else:
             lines.append(f"{indent}     from {entry.get('uri', entry)}")
 

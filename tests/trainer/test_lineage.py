@@ -224,3 +224,33 @@ def test_a_damaged_checkpoint_folder_is_refused_naming_what_is_wrong(tmp_path):
     (folder / ".metadata").unlink()  # what factory lineage does not need, and eval and export do
     done = run_factory("eval", str(folder))
     assert done.returncode == 2 and "is not a checkpoint (no .metadata" in done.stderr, done.stderr
+
+
+def test_a_run_reached_again_is_shown_once_so_the_tree_grows_with_the_runs_not_their_square():
+    """Under each refresh's dedup, raw's snapshot lists every ingest run before it (an append table),
+    and its --against, its own last output, every earlier dedup: shown in full each time, 5 refreshes
+    gave 583 lines."""
+
+    def ingest(n):
+        return {"job": "ingest", "run_id": f"i{n}", "table": "raw.web", "snapshot_id": n, "committed_at": "t",
+                "stats": {}, "inputs": [{"uri": f"file:///web/part-{n}"}]}  # fmt: skip
+
+    def dedup(n):
+        inputs = [{"table": "raw.web", "snapshot_id": n, "runs": [ingest(k) for k in range(1, n + 1)]}]
+        if n > 1:
+            inputs.append({"table": "dedup.web", "snapshot_id": 100 + n - 1, "runs": [dedup(k) for k in range(1, n)]})
+        return {"job": "dedup", "run_id": f"d{n}", "table": "dedup.web", "snapshot_id": 100 + n, "committed_at": "t",
+                "stats": {}, "inputs": inputs}  # fmt: skip
+
+    lineage = {
+        "step": 4, "manifest": {"path": "m.json", "fingerprint": "f"},
+        "tokenizer": {"path": "t.json", "sha256": "0" * 64},
+        "loader_position": {"next_global_batch": 4, "sequences": 32, "tokens": 2048},
+        "components": [{"name": "web", "weight": 1.0, "table": "dedup.web", "snapshot_id": 110,
+                        "runs": [dedup(k) for k in range(1, 11)]}],
+    }  # fmt: skip
+    shown = format_lineage(lineage)
+    for n in range(1, 11):  # every run once
+        assert shown.count(f"└─ dedup run d{n} ") == 1 and shown.count(f"└─ ingest run i{n} ") == 1, shown
+    assert "… and 9 run(s) shown above" in shown
+    assert len(shown.splitlines()) < 120
