@@ -380,6 +380,8 @@ def train(cfg: RLConfig, world: World, resume: bool = False) -> None:
             facts = {"resumed": latest is not None, "world": world.size, "start": str(start.path)}
             metrics.log(step, "start", {**facts, "tasks": len(source.train), "heldout": len(source.heldout)})
         evaluating = cfg.eval.every and len(source.heldout) > 0
+        if world.is_main and (warning := no_heldout_warning(cfg, len(source.train), len(source.heldout))):
+            print(warning, file=sys.stderr)
         if latest is None and evaluating:
             metrics.log(0, "eval", evaluate(models, start, source, cfg, world, 0, recorder))
         first = step  # the rollouts of the steps after it are not committed yet
@@ -475,6 +477,18 @@ def record_rows(rows: list[dict], recorder: RolloutRecorder | None, world: World
         dist.all_gather_object(gathered, rows)
     if recorder is not None:
         recorder.add([row for part in gathered for row in part])
+
+
+def no_heldout_warning(cfg: RLConfig, n_train: int, n_heldout: int) -> str | None:
+    """Why a run asked to evaluate will not: its tasks' split held none out (few tasks: the split is
+    by a hash of each task id)."""
+    if not cfg.eval.every or n_heldout:
+        return None
+    return (
+        f"warning: no held-out task among the {n_train + n_heldout} tasks (tasks.heldout_fraction "
+        f"{cfg.tasks.heldout_fraction:g}), so eval.every={cfg.eval.every} evaluates nothing; build more tasks "
+        "or raise tasks.heldout_fraction"
+    )
 
 
 def run_id(cfg: RLConfig, start: LoadedCheckpoint) -> str:

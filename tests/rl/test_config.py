@@ -76,3 +76,13 @@ def test_a_resume_under_other_settings_is_refused_before_any_rank_starts(tmp_pat
     assert proc.returncode == 2 and f"{run_dir} was started with other settings (train.steps)" in proc.stderr
     same = run_factory("rl", "train", "--config", str(config), "--resume")  # gets as far as the start checkpoint
     assert same.returncode == 2 and f"{tmp_path / 'start'} is not a checkpoint" in same.stderr, same.stderr
+
+
+def test_a_run_asked_to_evaluate_with_no_held_out_task_is_warned():
+    """A task table of 1-3 tasks held none out, and eval.every then evaluated nothing, silently."""
+    from rl.learner import no_heldout_warning
+
+    cfg = load_rl_config(None, ["eval.every=1"], raw=START)
+    assert "no held-out task among the 3 tasks" in no_heldout_warning(cfg, 3, 0)
+    assert no_heldout_warning(cfg, 3, 1) is None
+    assert no_heldout_warning(load_rl_config(None, ["eval.every=0"], raw=START), 3, 0) is None
