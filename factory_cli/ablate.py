@@ -32,25 +32,27 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "ablate") -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory_cli.sweep import finish
+    from factory_cli.sweep import finish, of_spec
 
     if args.ladder:
         from experiments.ladder import format_ladder, run_ladder
         from experiments.ladder_spec import load_ladder_spec
 
         ladder = load_ladder_spec(args.spec)
-        outcome, verdicts = run_ladder(
-            ladder, resume=args.resume, address=args.address, num_cpus=args.num_cpus, catalog_name=args.catalog
-        )
+        with of_spec(args.spec):
+            outcome, verdicts = run_ladder(
+                ladder, resume=args.resume, address=args.address, num_cpus=args.num_cpus, catalog_name=args.catalog
+            )
         status = finish(outcome)
         print(format_ladder(ladder.ladder_id, verdicts, ladder.ablation.alpha))
         return status
     from experiments.ablation import format_ablation, load_ablation_spec, run_ablation, untested
 
     spec = load_ablation_spec(args.spec)
-    outcome, reports = run_ablation(
-        spec, resume=args.resume, address=args.address, num_cpus=args.num_cpus, catalog_name=args.catalog
-    )
+    with of_spec(args.spec):
+        outcome, reports = run_ablation(
+            spec, resume=args.resume, address=args.address, num_cpus=args.num_cpus, catalog_name=args.catalog
+        )
     status = finish(outcome)
     print(format_ablation(reports, spec.alpha))
     if status == 0 and untested(reports):

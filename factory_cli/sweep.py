@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Iterator
 
 from factory_cli.arguments import add_num_cpus_argument
 
@@ -39,15 +41,28 @@ def run(args: argparse.Namespace) -> int:
     from experiments.sweep_spec import load_sweep_spec
 
     spec = load_sweep_spec(args.spec)
-    outcome = run_sweep(
-        spec,
-        resume=args.resume,
-        address=args.address,
-        num_cpus=args.num_cpus,
-        catalog_name=args.catalog,
-        sweep_id=args.sweep_id,
-    )
+    with of_spec(args.spec):
+        outcome = run_sweep(
+            spec,
+            resume=args.resume,
+            address=args.address,
+            num_cpus=args.num_cpus,
+            catalog_name=args.catalog,
+            sweep_id=args.sweep_id,
+        )
     return finish(outcome)
+
+
+@contextlib.contextmanager
+def of_spec(path: str) -> Iterator[None]:
+    """A refusal of what the spec asks for (a variant's key, a component), named by the spec's
+    file as the refusals of its own keys are."""
+    from lakehouse.errors import ConfigError
+
+    try:
+        yield
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def finish(outcome) -> int:

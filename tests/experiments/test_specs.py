@@ -452,3 +452,16 @@ def test_factory_mix_search_checks_its_base_config_before_ray_starts(tmp_path, n
     spec.write_text(f'name = "mix"\nconfig = "{tmp_path / "missing.toml"}"\n')
     assert run_command("mix", ["search", str(spec), "--output", str(tmp_path / "m.json")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_factory_ablate_names_its_spec_file_in_every_refusal(tmp_path, factory_home):
+    """A variant's unknown key was refused as `error: variants.a: …`, without the file that its
+    other refusals name."""
+    from tests.conftest import run_factory
+
+    spec = tmp_path / "abl.toml"
+    spec.write_text(f'name = "lr"\nconfig = "{_base(tmp_path)}"\nseeds = 2\n[variants.a]\n"optim.lrr" = 0.1\n')
+    done = run_factory("ablate", str(spec))
+    assert done.returncode == 2 and f"error: {spec}: variants.a: [optim]: unknown key(s) lrr" in done.stderr, (
+        done.stderr[-2000:]
+    )
