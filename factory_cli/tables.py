@@ -60,7 +60,12 @@ def format_tables(catalog: Catalog) -> str:
         table = catalog.load_table(identifier)
         current = table.current_snapshot()
         summary = summary_properties(current) if current else {}
-        refs = ",".join(sorted(r for r in table.metadata.refs if r != "main"))
+        # A ref at another snapshot than the one shown says which: `production` alone would read as this one.
+        refs = ",".join(
+            name if current is not None and ref.snapshot_id == current.snapshot_id else f"{name}@{ref.snapshot_id}"
+            for name, ref in sorted(table.metadata.refs.items())
+            if name != "main"
+        )
         rows.append(
             (
                 format_identifier(identifier),

@@ -21,3 +21,21 @@ def test_a_snapshot_shows_what_made_it_and_leaves_out_what_it_does_not_record(ca
     assert "    job init  (empty root for audit branches)\n" in shown
     assert "    job filter  run f-1  code abc123" in shown
     assert "None" not in shown
+
+
+def test_a_ref_at_an_older_snapshot_is_listed_with_it(catalog):
+    """`production` on the row of main's head read as "this snapshot is production" when the tag was older."""
+    from factory_cli.tables import format_tables
+
+    table = ensure_table(catalog, ("filtered", "docs"), DOCUMENT_SCHEMA)
+    row = {"doc_id": "a", "source": "web", "text": "t", "path": "a", "lang": "en", "n_bytes": 1}
+    table.append(pa.Table.from_pylist([row], schema=arrow_schema(DOCUMENT_SCHEMA)))
+    older = catalog.load_table(("filtered", "docs")).current_snapshot().snapshot_id
+    catalog.load_table(("filtered", "docs")).manage_snapshots().create_tag(older, "production").commit()
+    line = next(x for x in format_tables(catalog).splitlines() if x.startswith("filtered.docs"))
+    assert line.rstrip().endswith(" production"), line
+    catalog.load_table(("filtered", "docs")).append(
+        pa.Table.from_pylist([{**row, "doc_id": "b"}], schema=arrow_schema(DOCUMENT_SCHEMA))
+    )
+    line = next(x for x in format_tables(catalog).splitlines() if x.startswith("filtered.docs"))
+    assert line.rstrip().endswith(f" production@{older}"), line
