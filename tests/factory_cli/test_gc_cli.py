@@ -37,11 +37,12 @@ def test_gc_spares_a_running_ingest_and_removes_a_dead_runs_staging(factory_home
     corpus = write_corpus(tmp_path / "corpus")
     warehouse = factory_home / "warehouse" / "raw"
 
-    # A run killed just before its commit: its leases (documents, quarantine) are no longer renewed.
+    # A run killed just before its commit: its leases (documents, quarantine, the ledger of files) are no
+    # longer renewed.
     dead = run_factory(*ingest_args(corpus, "raw.web", "--run-id", "dead"), env={"FACTORY_FAIL_AT": "before-commit"})
     assert dead.returncode != 0
     dead_leases = sorted(warehouse.glob(f"*/data/runs/dead/*/{LEASE_FILE}"))
-    assert [p.parts[-6] for p in dead_leases] == ["quarantine", "web"]
+    assert [p.parts[-6] for p in dead_leases] == ["ingested_files", "quarantine", "web"]
 
     # A run held just before its commit, every file staged, its lease renewed by its process.
     hold = tmp_path / "hold"
@@ -57,7 +58,7 @@ def test_gc_spares_a_running_ingest_and_removes_a_dead_runs_staging(factory_home
     try:
         _wait_for(lambda: (hold / "paused").exists(), "the live run to stage its files", 300, live)
         live_files = sorted(warehouse.glob("*/data/runs/live/*/*"))
-        assert {p.name for p in live_files} >= {LEASE_FILE} and len(live_files) == 4  # 2 tables × (data + lease)
+        assert {p.name for p in live_files} >= {LEASE_FILE} and len(live_files) == 6  # 3 tables × (data + lease)
 
         # Long after its last renewal, the live run's lease looks dead: its process renews it.
         live_lease = next(p for p in live_files if p.name == LEASE_FILE and p.parts[-6] == "web")
