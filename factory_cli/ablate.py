@@ -55,9 +55,9 @@ def run(args: argparse.Namespace) -> int:
         )
     status = finish(outcome)
     print(format_ablation(reports, spec.alpha))
-    if status == 0 and untested(reports):
+    if status == 0 and (names := untested(reports)):
         print(
-            f"error: {', '.join(untested(reports))}: not tested against the base, fewer than 2 completed seeds "
+            f"error: {', '.join(names)}: not tested against the base, fewer than 2 completed seeds "
             f"beside the base's; `factory sweep report {outcome.sweep_id}` shows each failed trial's error",
             file=sys.stderr,
         )
