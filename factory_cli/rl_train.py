@@ -29,6 +29,7 @@ def refuse_changed_config(cfg) -> None:
     import json
     from pathlib import Path
 
+    from lakehouse.json_paths import differing_paths
     from trainer.checkpoint import latest_checkpoint
 
     run_dir = Path(cfg.run.dir)
@@ -37,12 +38,7 @@ def refuse_changed_config(cfg) -> None:
         return  # nothing to resume: the run starts at step 0
     before = json.loads(saved.read_text())
     now = json.loads(json.dumps(cfg.to_dict(), default=list))
-    changed = [
-        f"{section}.{key}"
-        for section in sorted(set(before) | set(now))
-        for key in sorted(set(before.get(section, {})) | set(now.get(section, {})))
-        if (section, key) != ("run", "dir") and before.get(section, {}).get(key) != now.get(section, {}).get(key)
-    ]
+    changed = [path for path in differing_paths(before, now) if path != "run.dir"]
     if changed:
         raise ConfigError(
             f"{run_dir} was started with other settings ({', '.join(changed)}); resume it with the config it started "

@@ -29,6 +29,7 @@ from lakehouse.commit import (
 )
 from lakehouse.errors import RunConflictError
 from lakehouse.faults import maybe_fail
+from lakehouse.json_paths import ABSENT, differing_paths, flatten
 from lakehouse.refs import format_identifier
 
 # Summary keys that are not among a run's further properties: its own fields, and the attempt and
@@ -153,36 +154,17 @@ def _place(identifier: tuple[str, ...], branch: str) -> str:
     return name if branch == MAIN_BRANCH else f"{name} branch {branch}"
 
 
-_ABSENT = object()
-
-
 def _differences(recorded: object, wanted: object) -> list[str]:
     """``path: committed with X, now Y`` for each leaf where two JSON values differ."""
-    flat_recorded, flat_wanted = _flatten(recorded), _flatten(wanted)
+    flat_recorded, flat_wanted = flatten(recorded), flatten(wanted)
     return [
-        f"{path}: committed with {_shown(flat_recorded.get(path, _ABSENT))}, now {_shown(flat_wanted.get(path, _ABSENT))}"
-        for path in sorted(flat_recorded.keys() | flat_wanted.keys())
-        if _json(flat_recorded.get(path, _ABSENT)) != _json(flat_wanted.get(path, _ABSENT))
+        f"{path}: committed with {_shown(flat_recorded.get(path, ABSENT))}, now {_shown(flat_wanted.get(path, ABSENT))}"
+        for path in differing_paths(recorded, wanted)
     ]
 
 
-def _flatten(value: object, path: str = "") -> dict[str, object]:
-    if isinstance(value, dict) and value:
-        return {
-            k: v for key, item in value.items() for k, v in _flatten(item, f"{path}.{key}" if path else key).items()
-        }
-    if isinstance(value, list) and value:
-        return {k: v for i, item in enumerate(value) for k, v in _flatten(item, f"{path}[{i}]").items()}
-    return {path: value}
-
-
-def _json(value: object) -> str | None:
-    # Compared as JSON text: in Python True == 1 == 1.0, as parameters they differ.
-    return None if value is _ABSENT else json.dumps(value, sort_keys=True)
-
-
 def _shown(value: object, limit: int = 120) -> str:
-    text = "(none)" if value is _ABSENT else repr(value)
+    text = "(none)" if value is ABSENT else repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
