@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 
 DESCRIPTION = """\
-Write a checkpoint as a Hugging Face model folder: config.json (LlamaForCausalLM),
-generation_config.json, model.safetensors (float32, the weights as trained), the run's
-tokenizer.json with tokenizer_config.json and special_tokens_map.json, and beside them
-factory-lineage.json (the data that made it, credentials masked) and factory-training-config.json.
+Write a checkpoint as a Hugging Face model folder: config.json (LlamaForCausalLM;
+MistralForCausalLM for a sliding window, Qwen3ForCausalLM for QK-norm), generation_config.json,
+model.safetensors (float32, the weights as trained), the run's tokenizer.json with
+tokenizer_config.json and special_tokens_map.json, and beside them factory-lineage.json (the
+data that made it, credentials masked) and factory-training-config.json.
 transformers loads it with AutoModelForCausalLM/AutoTokenizer.from_pretrained(DIR), offline;
 vLLM with LLM(model=DIR), SGLang with --model-path DIR.
 
-A model setting LlamaForCausalLM cannot express is refused, naming it: nothing is written. The
+A model setting none of these can express is refused, naming it: nothing is written. The
 folder is written beside DIR and renamed into place once whole, so a failed export leaves none."""
 
 EPILOG = "What the folder holds and what is refused: docs/training.md#export"

@@ -1,5 +1,5 @@
 """The ``factory`` command line. Each command lives in its own module with two functions:
-``add_arguments(parser)`` and ``run(args) -> int``. Only the invoked command's module is
+``add_arguments(parser, name)`` and ``run(args) -> int``. Only the invoked command's module is
 imported, so ``factory tables`` does not pay for Spark or torch."""
 
 from __future__ import annotations

@@ -6,10 +6,11 @@ pyiceberg and Spark like ``filter_task`` so a Python worker imports it fast.
 The test is GPT-3's and datatrove's (``datatrove.pipeline.decont.n_grams``): a document is
 contaminated when one of its n-grams (13 by default) of normalised words is an n-gram of an eval
 item's prompt, of its canonical solution, or of the two joined (datatrove's "overlap" n-grams).
-Normalisation is datatrove's ``simplify_text`` (lower case, numbers to ``0``, punctuation to
-spaces, whitespace collapsed, diacritics dropped) after removing ``#`` comments, so a copy that
-was re-indented, re-wrapped, commented or had its quotes changed still matches; a renamed
-function changes only the few n-grams that hold its name, and the body's n-grams still match.
+Normalisation is datatrove's ``simplify_text`` (lower case, punctuation to spaces, whitespace
+collapsed, diacritics dropped; numbers kept, which its default turns to ``0``) after removing
+``#`` comments, so a copy that was re-indented, re-wrapped, commented or had its quotes changed
+still matches; a renamed function changes only the few n-grams that hold its name, and the
+body's n-grams still match.
 
 Words are the simplified text split on spaces rather than datatrove's spaCy word tokenizer: on
 text that ``simplify_text`` has already stripped of punctuation the two differ only where spaCy
