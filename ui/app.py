@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader
+from pyiceberg.schema import Schema
 from starlette.exceptions import HTTPException
 
 from lakehouse.catalog import load_table, resolve
@@ -25,6 +26,7 @@ from lakehouse.commit import snapshot_stats, summary_properties
 from lakehouse.decisions import VERDICTS
 from lakehouse.errors import FactoryError, RefNotFoundError, TableNotFoundError
 from lakehouse.refs import parse_identifier
+from lakehouse.schemas import CLUSTERS_SCHEMA, QUARANTINE_SCHEMA
 from ui import clusters as cluster_pages
 from ui import decisions as decision_pages
 from ui import documents, inspection, quarantine
@@ -109,8 +111,7 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
         table, snapshot_id = pinned(name, ref)
         record = _snapshot_record(table, table.snapshot_by_id(snapshot_id))
         graph = snapshot_graph(sources, name, snapshot_id)
-        has_clusters = "cluster_id" in {f.name for f in table.schema().fields}
-        is_quarantine = "reason" in {f.name for f in table.schema().fields}
+        has_clusters, is_quarantine = _is_kind(table, CLUSTERS_SCHEMA), _is_kind(table, QUARANTINE_SCHEMA)
         return page(
             "snapshot.html", name=name, snap=record, graph=graph, has_clusters=has_clusters, is_quarantine=is_quarantine
         )
@@ -150,7 +151,7 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
     @app.get("/tables/{name}/snapshots/{ref}/clusters", response_class=HTMLResponse)
     def clusters_page(name: str, ref: str):
         table, snapshot_id = pinned(name, ref)
-        _require_columns(table, name, "cluster_id")
+        _require_kind(table, name, CLUSTERS_SCHEMA, "a dedup job's clusters")
         return page(
             "clusters.html",
             name=name,
@@ -161,14 +162,14 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
     @app.get("/tables/{name}/snapshots/{ref}/clusters/{cluster_id}", response_class=HTMLResponse)
     def cluster_page(name: str, ref: str, cluster_id: str):
         table, snapshot_id = pinned(name, ref)
-        _require_columns(table, name, "cluster_id")
+        _require_kind(table, name, CLUSTERS_SCHEMA, "a dedup job's clusters")
         members = cluster_pages.cluster_members(sources.catalog, table, snapshot_id, cluster_id)
         return page("cluster.html", name=name, snapshot_id=snapshot_id, cluster_id=cluster_id, members=members)
 
     @app.get("/tables/{name}/snapshots/{ref}/quarantine", response_class=HTMLResponse)
     def quarantine_page(name: str, ref: str):
         table, snapshot_id = pinned(name, ref)
-        _require_columns(table, name, "reason")
+        _require_kind(table, name, QUARANTINE_SCHEMA, "a quarantine")
         counts = quarantine.counts(table, snapshot_id)
         samples = quarantine.samples(table, snapshot_id)
         return page("quarantine.html", name=name, snapshot_id=snapshot_id, counts=counts, samples=samples)
@@ -176,7 +177,7 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
     @app.get("/tables/{name}/snapshots/{ref}/quarantine/{doc_id}", response_class=HTMLResponse)
     def quarantined_document(name: str, ref: str, doc_id: str):
         table, snapshot_id = pinned(name, ref)
-        _require_columns(table, name, "reason")
+        _require_kind(table, name, QUARANTINE_SCHEMA, "a quarantine")
         rows = quarantine.document(table, snapshot_id, doc_id)
         if not rows:
             raise NotFound(f"document {doc_id!r} is not in {name}@{snapshot_id}")
@@ -250,9 +251,15 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
     return app
 
 
-def _require_columns(table, name: str, column: str) -> None:
-    if column not in {f.name for f in table.schema().fields}:
-        raise BadRequest(f"{name} has no {column} column: this page is for another kind of table")
+def _is_kind(table, schema: Schema) -> bool:
+    """The table has every column of ``schema``: a dedup output has ``cluster_id`` and decisions a
+    ``reason``, but neither has the columns the clusters or quarantine pages read."""
+    return {f.name for f in schema.fields} <= {f.name for f in table.schema().fields}
+
+
+def _require_kind(table, name: str, schema: Schema, kind: str) -> None:
+    if not _is_kind(table, schema):
+        raise BadRequest(f"{name} is not {kind} (it lacks their columns): this page is for another kind of table")
 
 
 def _snapshot_record(table, snapshot) -> dict:

@@ -10,8 +10,11 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pytest
+from pyiceberg.schema import Schema
+from pyiceberg.types import NestedField, StringType
 from starlette.testclient import TestClient
 
+from lakehouse.catalog import ensure_table
 from lakehouse.decisions import record_decision
 from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
 from tests.conftest import run_factory
@@ -123,8 +126,12 @@ BAD_REQUESTS = [
     ("/tables/raw.web/snapshots/main/documents?page_no=-1", 400, "page_no"),
     ("/tables/raw.web/snapshots/main/documents?page_no=abc", 400, "page_no"),
     ("/tables/raw.web/snapshots/main/documents?doc_id=nope", 404, "no document 'nope'"),
-    ("/tables/raw.web/snapshots/main/clusters", 400, "no cluster_id column"),
-    ("/tables/raw.web/snapshots/main/quarantine", 400, "no reason column"),
+    ("/tables/raw.web/snapshots/main/clusters", 400, "raw.web is not a dedup job's clusters"),
+    ("/tables/raw.web/snapshots/main/quarantine", 400, "raw.web is not a quarantine"),
+    # A dedup output has a cluster_id column, and the decisions a reason, but neither is such a table.
+    ("/tables/dedup.web/snapshots/main/clusters", 400, "dedup.web is not a dedup job's clusters"),
+    ("/tables/dedup.web/snapshots/main/clusters/abc", 400, "dedup.web is not a dedup job's clusters"),
+    ("/tables/factory.decisions/snapshots/main/quarantine", 400, "factory.decisions is not a quarantine"),
     ("/runs/nope", 404, "no training run 'nope'"),
     ("/runs/nope/checkpoints/3", 404, "no training run"),
     ("/manifests/abc", 404, "no manifest"),
@@ -136,6 +143,17 @@ BAD_REQUESTS = [
 
 def test_bad_requests_get_a_clear_page_never_a_traceback(catalog, client):
     make_table(catalog, "raw.web", 5, files=1)
+    dedup_output = Schema(*DOCUMENT_SCHEMA.fields, NestedField(100, "cluster_id", StringType(), required=False))
+    ensure_table(catalog, ("dedup", "web"), dedup_output).append(
+        pa.Table.from_pylist(
+            [{"doc_id": "a", "source": "web", "text": "x", "cluster_id": "a"}], arrow_schema(dedup_output)
+        )
+    )
+    record_decision(catalog, gate_decision())
+    snapshot = client.get("/tables/dedup.web/snapshots/main")
+    assert (
+        snapshot.status_code == 200 and "clusters-link" not in snapshot.text and "quarantine-link" not in snapshot.text
+    )
     for url, status, says in BAD_REQUESTS:
         response = client.get(url)
         assert response.status_code == status, f"{url}: {response.status_code} {response.text[-300:]}"
