@@ -52,6 +52,21 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "ui") -> None:
 _DEVICE = re.compile(r"cpu|mps|(cuda|xpu)(:\d+)?")
 
 
+def _check_device_present(device: str) -> None:
+    """A device torch cannot reach failed each generation with a 500, the server itself running on.
+    Naming an accelerator costs the torch import at start-up; the default (and cpu) does not."""
+    import torch
+
+    kind, _, index = device.partition(":")
+    backend = {"cuda": torch.cuda, "xpu": getattr(torch, "xpu", None), "mps": torch.backends.mps}[kind]
+    count = 0 if backend is None or not backend.is_available() else getattr(backend, "device_count", lambda: 1)()
+    if int(index or 0) >= count:
+        raise InputError(
+            f"--device {device}: this machine has {count} {kind} device(s) that torch can use; "
+            "name one of them, or cpu (or leave --device out)"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port < 65536:
         raise InputError(f"--port must be between 0 and 65535, got {args.port}")
@@ -64,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--runs {missing[0]} is not a folder")
     if args.device and not _DEVICE.fullmatch(args.device):
         raise InputError(f"--device {args.device!r} is not a torch device: cpu, cuda, cuda:N, mps")
+    if args.device not in ("", "cpu"):
+        _check_device_present(args.device)
     from ui.app import create_app
     from ui.generation import GenerationSettings
     from ui.server import check_can_listen, serve

@@ -55,6 +55,9 @@ def test_factory_ui_refuses_an_address_it_cannot_listen_on_and_bad_options(facto
     assert done.returncode == 2 and "is not a folder" in done.stderr
     done = run_factory("ui", "--device", "bogus")
     assert done.returncode == 2 and "--device 'bogus' is not a torch device" in done.stderr
+    # A device torch cannot reach: the server started, and every generation was a 500.
+    done = run_factory("ui", "--device", "cuda:99", "--port", "0")
+    assert done.returncode == 2 and "--device cuda:99: this machine has " in done.stderr, done.stderr
 
 
 def test_factory_ui_refuses_playground_limits_that_cannot_work(factory_home):
