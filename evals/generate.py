@@ -224,7 +224,9 @@ def _choose(logits: torch.Tensor, settings: _Settings, generator: torch.Generato
 def _tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """The probabilities at ``temperature`` > 0. The largest logit is made 0 before dividing: a tiny
     temperature then sends the others to -inf (probability 0), where the unshifted logits would
-    overflow to inf and softmax give NaN."""
+    overflow to inf and softmax give NaN. A temperature below the dtype's smallest normal number
+    is taken as that number: it would round to 0 in the logits' dtype, and 0/0 is NaN."""
+    temperature = max(temperature, torch.finfo(logits.dtype).tiny)
     return torch.softmax((logits - logits.max(dim=-1, keepdim=True).values) / temperature, dim=-1)
 
 

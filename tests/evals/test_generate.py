@@ -148,9 +148,10 @@ def test_settings_that_cannot_work_are_refused():
         generate(model, tokenizer, ["ĀĀ"], samples=1, max_new_tokens=1, device=CPU, temperature=float("nan"))
 
 
-@pytest.mark.parametrize("temperature", [1e-4, 1e-40, 1e-45])
+@pytest.mark.parametrize("temperature", [1e-4, 1e-40, 1e-45, 1e-46, 1e-320])
 def test_a_tiny_temperature_samples_the_most_likely_token(temperature):
-    """Dividing the raw logits by 1e-40 overflows to inf, and softmax then gives NaN."""
+    """Dividing the raw logits by 1e-40 overflows to inf, and softmax then gives NaN; 1e-46 is 0
+    in float32, and the largest logit, made 0, divided by it is NaN (the playground's 500)."""
     model, tokenizer, prompts = _model(), _tokenizer(), _prompts()
     greedy = generate(model, tokenizer, prompts, samples=2, max_new_tokens=12, device=CPU)
     settings = {"samples": 2, "max_new_tokens": 12, "temperature": temperature}
