@@ -13,7 +13,8 @@ from cachetools.keys import hashkey
 
 from lakehouse.catalog import list_tables
 from lakehouse.commit import summary_properties
-from lakehouse.refs import format_identifier
+from lakehouse.errors import InvalidIdentifierError
+from lakehouse.refs import format_identifier, parse_identifier
 from ui.cache import CachedCatalog, memo
 
 
@@ -38,6 +39,7 @@ def _rows(catalog: CachedCatalog) -> list[dict[str, Any]]:
         rows.append(
             {
                 "name": format_identifier(identifier),
+                "readable": _readable(identifier),
                 "snapshot": current.snapshot_id if current else None,
                 "records": summary.get("total-records", "0"),
                 "files": summary.get("total-data-files", "0"),
@@ -46,3 +48,12 @@ def _rows(catalog: CachedCatalog) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _readable(identifier: tuple[str, ...]) -> bool:
+    """The table pages take the factory's own names (``parse_identifier``); a shared catalog may
+    hold others (``web-crawl``), listed here but not linked to pages that would refuse them."""
+    try:
+        return parse_identifier(format_identifier(identifier)) == identifier
+    except InvalidIdentifierError:
+        return False

@@ -161,6 +161,19 @@ def test_bad_requests_get_a_clear_page_never_a_traceback(catalog, client):
         assert "Traceback" not in response.text and 'File "' not in response.text, url
 
 
+def test_a_table_named_outside_the_factorys_rules_is_listed_but_not_linked(catalog, client):
+    """A shared catalog's ``other.web-crawl`` was linked from the home page to pages that refuse it."""
+    make_table(catalog, "raw.web", 2, files=1)
+    catalog.create_namespace("other")
+    for name in ("web-crawl", "Mixed.Case"):
+        catalog.create_table(("other", name), DOCUMENT_SCHEMA)
+    home = client.get("/")
+    assert home.status_code == 200
+    assert 'href="/tables/raw.web"' in home.text
+    for name in ("other.web-crawl", "other.Mixed.Case"):
+        assert f"{name} <span" in home.text and f'href="/tables/{name}"' not in home.text
+
+
 def test_factory_ui_refuses_a_port_that_is_no_port(factory_home):
     done = run_factory("ui", "--port", "70000")
     assert done.returncode == 2 and "--port must be between 0 and 65535" in done.stderr
