@@ -26,7 +26,7 @@ from pyiceberg.exceptions import (
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask, Table
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError, ProgrammingError
 
 from lakehouse.errors import CatalogConfigError, InputError, TableNotFoundError, UnsupportedSnapshotError
 from lakehouse.redact import redact
@@ -76,7 +76,13 @@ def load_catalog(name: str | None = None, *, read_only: bool = False) -> Catalog
             properties["uri"] = "sqlite:///:memory:"
         else:
             (home / "warehouse").mkdir(parents=True, exist_ok=True)
-        return _race_safe(lambda: _pyiceberg_load_catalog(EMBEDDED_CATALOG_NAME, **properties))
+        try:
+            return _race_safe(lambda: _pyiceberg_load_catalog(EMBEDDED_CATALOG_NAME, **properties))
+        except DatabaseError as exc:  # "file is not a database": a damaged or foreign catalog.db
+            raise CatalogConfigError(
+                f"the embedded catalog {home / 'catalog.db'} cannot be read: {exc.orig}. Restore it from a copy, "
+                "or set FACTORY_HOME to another folder (a new one starts an empty lakehouse)"
+            ) from None
     try:
         return _race_safe(lambda: _pyiceberg_load_catalog(name, **_configuration(name)))
     except Exception as exc:  # pyiceberg raises ValueError, ImportError, connection errors…

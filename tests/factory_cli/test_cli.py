@@ -252,3 +252,12 @@ def test_unknown_catalog_names_its_configuration():
     proc = run_factory("tables", "--catalog", "nowhere")
     assert proc.returncode == 2
     assert "PYICEBERG_CATALOG__NOWHERE__" in proc.stderr
+
+
+def test_a_damaged_embedded_catalog_is_named_not_a_traceback(tmp_path):
+    (tmp_path / "catalog.db").write_text("garbage\n")
+    for command in (["tables"], ["ui", "--port", "0"]):
+        proc = run_factory(*command, env={"FACTORY_HOME": str(tmp_path), "FACTORY_CATALOG": ""})
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert proc.stderr.startswith(f"error: the embedded catalog {tmp_path / 'catalog.db'} cannot be read:")
+        assert "Traceback" not in proc.stderr
