@@ -39,9 +39,18 @@ def _records(path: str, _size: int, _mtime_ns: int) -> list[dict]:
             record = json.loads(line)
         except ValueError:  # a line cut short by a crash
             continue
-        if isinstance(record, dict) and "step" in record and "kind" in record:
+        if _well_formed(record):
             records[(record["kind"], record["step"])] = record
     return sorted(records.values(), key=lambda r: (r["step"], r["kind"]))
+
+
+def _well_formed(record: object) -> bool:
+    """A record the trainer writes: a kind, and a whole step (a hand-edited "three", or 1e400 read
+    as inf, cannot be ordered among the others)."""
+    if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
+        return False
+    step = record.get("step")
+    return isinstance(step, int) and not isinstance(step, bool)
 
 
 @memo(32)

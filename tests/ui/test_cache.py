@@ -98,6 +98,24 @@ def test_a_run_that_logs_more_is_drawn_again(client, factory_home):
     assert plots[0] != plots[1]
 
 
+def test_a_run_page_skips_metric_lines_whose_values_are_not_numbers(client, factory_home):
+    """A hand-edited ``metrics.jsonl`` with a step of "three" or 1e400 gave the run page a 500."""
+    run_dir = factory_home / "runs" / "edited"
+    run_dir.mkdir(parents=True)
+    lines = [
+        {"kind": "train", "step": 1, "loss": 9.0, "lr": 0.001, "tokens_per_s": 10.0},
+        {"kind": "train", "step": "three", "loss": 2},
+        {"kind": "train", "step": True, "loss": 2},
+        {"kind": 7, "step": 4, "loss": 2},
+        {"kind": "train", "step": 5, "loss": 8.0, "lr": "abc", "tokens_per_s": None},
+    ]
+    text = "\n".join(json.dumps(line) for line in lines) + '\n{"kind": "train", "step": 1e400, "loss": 2}\n'
+    (run_dir / "metrics.jsonl").write_text(text)
+    page = client.get("/runs/runs/edited")
+    assert page.status_code == 200, page.text[-500:]
+    assert "step 5 · loss 8.0000" in page.text
+
+
 def test_a_cache_keeps_its_newest_entries_only():
     calls: list[int] = []
 
