@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 import secrets
 import threading
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -118,6 +119,10 @@ def register(app: FastAPI, sources: Sources, page: Callable[..., HTMLResponse], 
         rater = limited(form, "rater", RATER_MAX_CHARS, "rater's name")
         if not rater.strip():
             raise BadRequest("type your name: each rating records who gave it")
+        if any(unicodedata.category(c).startswith("C") for c in rater):
+            # Kept as typed otherwise; a NUL, a line break or a right-to-left override would garble
+            # every listing of evals.ratings that prints the name.
+            raise BadRequest("the rater's name holds a control or formatting character: type it as plain text")
         winner = form.get("winner", "")
         if winner not in WINNERS:
             raise BadRequest(f"pick A, B or a tie (winner {', '.join(WINNERS)}), got {winner[:20]!r}")

@@ -103,6 +103,8 @@ def test_a_post_without_its_token_or_over_the_limits_is_refused(client, samples_
         (TestClient(client.app).post("/ratings", data=form), 403, "security token"),  # no cookie at all
         (client.post("/ratings", data={**form, "rater": "n" * 81}), 413, "at most 80"),
         (client.post("/ratings", data={**form, "rater": "   "}), 400, "type your name"),
+        (client.post("/ratings", data={**form, "rater": "ann\r\nbob"}), 400, "control or formatting character"),
+        (client.post("/ratings", data={**form, "rater": "ann\u202egnp.exe"}), 400, "control or formatting"),
         (client.post("/ratings", data={**form, "winner": "c"}), 400, "pick A, B or a tie"),
         (client.post("/ratings", data={**form, "padding": "p" * MAX_BODY_BYTES}), 413, "at most 65,536"),
         (client.post("/ratings", json=form), 400, "application/x-www-form-urlencoded"),
