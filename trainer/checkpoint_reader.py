@@ -84,7 +84,7 @@ class SafeFileSystemReader(FileSystemReader):
         except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError, IndexError) as exc:
             raise CheckpointError(
                 f"{path} is not a checkpoint's metadata that can be read safely ({exc}); it was refused "
-                "without running it. Resume only from checkpoints your own runs wrote"
+                "without running it. Load (resume, evaluate, export, serve) only checkpoints your own runs wrote"
             ) from None
         if not isinstance(metadata, Metadata):
             raise CheckpointError(f"{path} holds a {type(metadata).__name__}, not a checkpoint's metadata")
@@ -106,7 +106,8 @@ class SafeLoadPlanner(DefaultLoadPlanner):
             found = re.search(r"WeightsUnpickler error: (.*?)(?:\.\s|$)", str(exc))
             raise CheckpointError(
                 f"the checkpoint's value {fqn!r} is not plain data ({found[1] if found else 'not weights-only'}); "
-                "it was refused without running it. Resume only from checkpoints your own runs wrote"
+                "it was refused without running it. Load (resume, evaluate, export, serve) only checkpoints your own "
+                "runs wrote"
             ) from None
         if self.flatten_state_dict:
             set_element(self.original_state_dict, self.mappings[fqn], loaded)
