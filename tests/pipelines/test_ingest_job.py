@@ -51,7 +51,10 @@ def test_jsonl_plain_gzip_and_zstd(spark, catalog, tmp_path):
     b = write_jsonl(tmp_path / "b.jsonl.gz", [{"id": "b1", "text": "gamma"}], gzip.compress)
     c = write_jsonl(tmp_path / "c.jsonl.zst", [{"id": "c1", "text": "delta"}], zstandard.ZstdCompressor().compress)
 
-    result = ingest(spark, catalog, options([a, b, c], "jsonl", id_field="id", run_id="jsonl-1"))
+    # c by a URI with a query (a signed URL's): its files and bytes were recorded as 0 in factory.inputs.
+    result = ingest(
+        spark, catalog, options([a, b, f"{c.as_uri()}?version=1"], "jsonl", id_field="id", run_id="jsonl-1")
+    )
 
     docs = rows(catalog, "raw.docs")
     assert {d["text"] for d in docs} == {"alpha", "beta", "gamma", "delta"}
@@ -61,7 +64,8 @@ def test_jsonl_plain_gzip_and_zstd(spark, catalog, tmp_path):
     assert snapshot.snapshot_id == result.documents.snapshot_id
     summary = snapshot.summary
     assert summary["factory.job"] == "ingest" and summary["factory.run-id"] == "jsonl-1"
-    assert [i["files"] for i in json.loads(summary["factory.inputs"])] == [1, 1, 1]
+    inputs = json.loads(summary["factory.inputs"])
+    assert [(i["files"], i["bytes"]) for i in inputs] == [(1, p.stat().st_size) for p in (a, b, c)]
     assert json.loads(summary["factory.params"])["id_field"] == "id"
     assert snapshot_stats(snapshot) == {
         "files": 3,
