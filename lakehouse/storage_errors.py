@@ -30,6 +30,7 @@ _MESSAGES = {
     errno.EROFS: "read-only file system{at}: " + _ELSEWHERE,
     errno.EACCES: "permission denied{at}: grant the user running this command access, or " + _ELSEWHERE,
     errno.EPERM: "operation not permitted{at}: grant the user running this command access, or " + _ELSEWHERE,
+    errno.ENOTDIR: "a path runs through a file where a folder is needed{at}: move that file away, or " + _ELSEWHERE,
     errno.ENAMETOOLONG: "a path is too long for the file system{at}: use shorter table names, or a warehouse "
     "or run directory with a shorter path",
 }
