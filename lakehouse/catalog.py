@@ -29,7 +29,7 @@ from pyiceberg.table import FileScanTask, Table
 from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError, ProgrammingError
 
 from lakehouse.errors import CatalogConfigError, InputError, TableNotFoundError, UnsupportedSnapshotError
-from lakehouse.redact import redact
+from lakehouse.redact import password_pieces, redact_with
 from lakehouse.refs import PinnedRef, TableRef, format_identifier, resolve_snapshot_id
 
 EMBEDDED_CATALOG_NAME = "factory"
@@ -83,15 +83,22 @@ def load_catalog(name: str | None = None, *, read_only: bool = False) -> Catalog
                 f"the embedded catalog {home / 'catalog.db'} cannot be read: {exc.orig}. Restore it from a copy, "
                 "or set FACTORY_HOME to another folder (a new one starts an empty lakehouse)"
             ) from None
+    configuration = _configuration(name)
     try:
-        return _race_safe(lambda: _pyiceberg_load_catalog(name, **_configuration(name)))
+        return _race_safe(lambda: _pyiceberg_load_catalog(name, **configuration))
     except Exception as exc:  # pyiceberg raises ValueError, ImportError, connection errors…
         # pyiceberg's and SQLAlchemy's messages may repeat the URI, password included: redacted,
         # and not chained (a printed traceback would show the original message).
+        uri = str(configuration.get("uri", ""))
+        encode = (
+            " A password holding '@', ':' or '/' must be percent-encoded in the URI (%40, %3A, %2F)."
+            if any("@" in piece for piece in password_pieces(uri))
+            else ""
+        )
         raise CatalogConfigError(
-            f"cannot load catalog {name!r}: {type(exc).__name__}: {redact(str(exc))}\n"
+            f"cannot load catalog {name!r}: {type(exc).__name__}: {redact_with(str(exc), uri)}\n"
             f"Configure it in ~/.pyiceberg.yaml or with PYICEBERG_CATALOG__{name.upper()}__* variables, "
-            "or leave --catalog/FACTORY_CATALOG unset to use the embedded SQLite catalog."
+            f"or leave --catalog/FACTORY_CATALOG unset to use the embedded SQLite catalog.{encode}"
         ) from None
 
 

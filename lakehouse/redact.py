@@ -44,6 +44,26 @@ def redact(text: str) -> str:
     return _mask_pairs(text)
 
 
+def redact_with(text: str, uri: str | None) -> str:
+    """``redact(text)``, with every piece of ``uri``'s password also masked wherever it appears.
+
+    SQLAlchemy cuts a password that holds an unencoded '@' at that '@', and the driver's error
+    then names the password's tail as the host name, where no pattern can tell it is a secret."""
+    text = redact(text)
+    for piece in sorted(password_pieces(uri or ""), key=len, reverse=True):
+        text = text.replace(piece, MASK)
+    return text
+
+
+def password_pieces(uri: str) -> list[str]:
+    """The password in ``uri``'s userinfo, and its parts between '@'s (3 characters or more)."""
+    _scheme, found, rest = uri.partition("://")
+    if not found or "@" not in rest:
+        return []
+    password = rest.rsplit("@", 1)[0].partition(":")[2]
+    return [p for p in {password, *password.split("@")} if len(p) >= 3]
+
+
 def _userinfo(match: re.Match[str]) -> str:
     scheme, _, _user = match["head"].partition("://")
     if scheme.lower() in _KEY_IS_USER:

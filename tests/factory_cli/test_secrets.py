@@ -132,6 +132,18 @@ def test_catalog_errors_do_not_echo_the_password(tmp_path):
     assert "postgres://factory_secret:***@127.0.0.1:1/x" in proc.stderr
 
 
+def test_a_password_holding_an_at_sign_is_not_echoed_as_a_host(tmp_path):
+    """SQLAlchemy cut the password at its '@' and psycopg2 named the rest as the host it could not find."""
+    env = {
+        "PYICEBERG_CATALOG__BROKEN__URI": f"postgresql+psycopg2://{ROLE}:hunter2@{PASSWORD}@127.0.0.1:1/x",
+        "FACTORY_HOME": str(tmp_path / "home"),
+    }
+    proc = run_factory("tables", "--catalog", "broken", env=env)
+    assert proc.returncode == 2 and "cannot load catalog 'broken'" in proc.stderr, proc.stderr
+    assert PASSWORD not in proc.stdout + proc.stderr and "hunter2" not in proc.stderr
+    assert "must be percent-encoded in the URI (%40" in proc.stderr
+
+
 def test_an_input_uri_with_a_credential_is_refused_without_echoing_it(tmp_path):
     """A scheme pyarrow cannot read gave a traceback that repeated the URI, password and all."""
     uri = f"https://{ROLE}:{PASSWORD}@127.0.0.1:9/data/part.jsonl"
