@@ -10,12 +10,12 @@ import argparse
 import sys
 
 from lakehouse.errors import FactoryError, JobMemoryError
-from lakehouse.storage_errors import storage_error
+from lakehouse.storage_errors import catalog_database_error, storage_error
 
 
 def explain(exc: BaseException, args: argparse.Namespace) -> FactoryError | None:
     """The FactoryError that ``exc`` amounts to for this command, or None."""
-    found = storage_error(exc)
+    found = storage_error(exc) or catalog_database_error(exc)
     if found is not None:
         return found
     if "pyspark" in sys.modules:  # only a command that ran a Spark job can have met Spark's memory limit

@@ -29,6 +29,10 @@ class CatalogConfigError(FactoryError):
     """The catalog could not be loaded from its configuration."""
 
 
+class CatalogError(FactoryError):
+    """The catalog's database failed while a command used it."""
+
+
 class InputError(FactoryError):
     """An input path or option given to a job is unusable."""
 

@@ -4,6 +4,7 @@ A full disk, a read-only or forbidden folder, or a path too long reach the top o
 ``OSError`` (from Python, pyarrow or torch), as an SQLite error inside SQLAlchemy's, or only as
 text: a Spark task's Python traceback comes back to the driver as a message. ``storage_error``
 recognises each and says what to do; anything else is left to surface as the bug it is.
+``catalog_database_error`` does the same for a SQL catalog's database failing mid-command.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ import errno
 import re
 from collections.abc import Iterator
 
-from lakehouse.errors import StorageError
+from sqlalchemy.exc import DBAPIError
+
+from lakehouse.errors import CatalogError, StorageError
+from lakehouse.redact import redact
 
 _ERRNO_TEXT = re.compile(r"\[errno (\d+)\]", re.IGNORECASE)
 # SQLite reports these in words, never with an errno.
@@ -64,6 +68,20 @@ def storage_error(exc: BaseException) -> StorageError | None:
         for words, code in _SQLITE_TEXT.items():
             if words in text:
                 return _error(code, "the catalog's database")
+    return None
+
+
+def catalog_database_error(exc: BaseException) -> CatalogError | None:
+    """A SQL catalog's database failing once the catalog was loaded (it went down, or its user may
+    not read the catalog's tables): the driver's first line, never SQLAlchemy's page of SQL."""
+    for seen in _chain(exc):
+        if isinstance(seen, DBAPIError):
+            said = str(seen.orig).strip().splitlines()[0] if seen.orig is not None else type(seen).__name__
+            return CatalogError(
+                f"the catalog's database failed: {redact(said)}. Check that it is up and that the catalog's user may "
+                "read and write its tables (iceberg_tables, iceberg_namespace_properties), then run the same command "
+                "again: a run that committed part of its work finishes it"
+            )
     return None
 
 

@@ -144,6 +144,26 @@ def test_a_password_holding_an_at_sign_is_not_echoed_as_a_host(tmp_path):
     assert "must be percent-encoded in the URI (%40" in proc.stderr
 
 
+def test_a_catalog_user_without_rights_gets_one_line_not_sql(postgres, tmp_path):
+    """A failure of the catalog's database after it loaded ended in exit 1 and SQLAlchemy's
+    traceback, with the SQL it ran."""
+    import psycopg2
+
+    env = {
+        "PYICEBERG_CATALOG__OWNED__URI": postgres.url,
+        "PYICEBERG_CATALOG__OWNED__WAREHOUSE": (tmp_path / "warehouse").as_uri(),
+        "FACTORY_HOME": str(tmp_path / "home"),
+    }
+    assert run_factory("tables", "--catalog", "owned", env=env).returncode == 0  # pyiceberg makes its tables
+    with psycopg2.connect(postgres.url.replace("+psycopg2", "")) as connection, connection.cursor() as cursor:
+        cursor.execute("DROP ROLE IF EXISTS factory_nobody; CREATE ROLE factory_nobody LOGIN")
+    env["PYICEBERG_CATALOG__OWNED__URI"] = postgres.url.replace("//postgres@", "//factory_nobody@")
+    proc = run_factory("tables", "--catalog", "owned", env=env)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.startswith("error: the catalog's database failed: permission denied for table iceberg_tables")
+    assert "Traceback" not in proc.stderr and "SELECT" not in proc.stderr
+
+
 def test_an_input_uri_with_a_credential_is_refused_without_echoing_it(tmp_path):
     """A scheme pyarrow cannot read gave a traceback that repeated the URI, password and all."""
     uri = f"https://{ROLE}:{PASSWORD}@127.0.0.1:9/data/part.jsonl"
