@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from lakehouse.errors import MissingDependencyError
 from pipelines.jvm_options import java_options, jit_options
 from pipelines.ship_code import ship_code
+from pipelines.spark_master import check_master
 
 if TYPE_CHECKING:  # pyiceberg is imported where used: importing this module must be quick, as
     from pyiceberg.table import Table  # a command starts the JVM (start_spark_early) right after
@@ -81,6 +82,7 @@ def _create_session(app_name: str) -> SparkSession:
         builder = builder.config(key, value)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
         master = os.environ.get("FACTORY_SPARK_MASTER", "local[*]")
+        check_master(master)
         if master.startswith("local"):  # a laptop session needs no network; a cluster's executors
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # must reach the driver's address
         if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
