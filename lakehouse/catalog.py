@@ -135,6 +135,7 @@ def ensure_table(catalog: Catalog, identifier: tuple[str, ...], schema: Schema) 
         pass
     for _ in range(8):
         table = catalog.load_table(identifier)
+        _refuse_required_extras(table, schema, identifier)
         have = {f.name for f in table.schema().fields}
         if all(f.name in have for f in schema.fields):
             return table
@@ -149,6 +150,18 @@ def ensure_table(catalog: Catalog, identifier: tuple[str, ...], schema: Schema) 
                 "write to another table"
             ) from None
     return catalog.load_table(identifier)
+
+
+def _refuse_required_extras(table: Table, schema: Schema, identifier: tuple[str, ...]) -> None:
+    """A job writes ``schema``'s columns; an existing table's other columns read null in its rows,
+    which a required column cannot (a filter of raw documents into a table a dedup's output made)."""
+    names = {f.name for f in schema.fields}
+    extra = [f.name for f in table.schema().fields if f.required and f.name not in names]
+    if extra:
+        raise InputError(
+            f"table {format_identifier(identifier)} exists with required column(s) {', '.join(extra)} that this "
+            "output does not have: write to another table"
+        )
 
 
 def _race_safe(create: Callable[[], _T]) -> _T:

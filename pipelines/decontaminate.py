@@ -146,7 +146,9 @@ def _mark_and_stage(
 ) -> tuple[tuple[list[StagedFile], list[StagedFile]], dict[str, int]]:
     """Run the tasks; return the staged files (quarantine, documents) and the run's counts."""
     targets = {
-        "documents": Target.for_table(output, run.staging_prefix(output), arrow_schema(output.schema())),
+        "documents": Target.for_table(
+            output, run.staging_prefix(output), file_schema(output, snapshot_schema(source, pinned.snapshot_id))
+        ),
         "quarantine": Target.for_table(
             quarantine,
             run.staging_prefix(quarantine),

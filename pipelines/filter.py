@@ -257,7 +257,9 @@ def _filter_and_commit(job: _Job, start_audit: bool) -> tuple[Snapshot, Snapshot
     the kept documents to the audit branch (started afresh when ``start_audit``). Returns both snapshots."""
     targets = {
         "documents": Target.for_table(
-            job.output, job.run.staging_prefix(job.output), arrow_schema(job.output.schema())
+            job.output,
+            job.run.staging_prefix(job.output),
+            file_schema(job.output, snapshot_schema(job.source, job.pinned.snapshot_id)),
         ),
         "quarantine": Target.for_table(
             job.quarantine,

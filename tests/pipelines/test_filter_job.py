@@ -12,6 +12,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyiceberg.schema import Schema
+from pyiceberg.types import NestedField, StringType
 
 from lakehouse.catalog import ensure_table
 from lakehouse.commit import find_run_snapshot, snapshot_stats
@@ -232,6 +234,26 @@ def test_the_input_output_and_quarantine_must_be_three_tables(catalog, config_fi
         filter_documents(None, catalog, opts)
     assert catalog.load_table(("raw", "web")).current_snapshot().snapshot_id == snapshot_id
     assert not catalog.table_exists(("filtered", "web"))
+
+
+def test_an_output_with_columns_the_input_lacks_reads_them_null_or_is_refused_when_required(
+    spark, catalog, config_file
+):
+    """An output a dedup's output made has cluster_id: a filter of raw documents into it failed in
+    every Spark task with KeyError 'Field "cluster_id" does not exist'."""
+    make_input(catalog, GOOD)
+    extra = NestedField(100, "cluster_id", StringType(), required=False)
+    ensure_table(catalog, ("filtered", "web"), Schema(*DOCUMENT_SCHEMA.fields, extra))
+    filter_documents(spark, catalog, FilterOptions("raw.web", "filtered.web", config_file, run_id="f-extra"))
+    rows = catalog.load_table(("filtered", "web")).scan().to_arrow().to_pylist()
+    assert sorted(r["doc_id"] for r in rows) == sorted(GOOD) and {r["cluster_id"] for r in rows} == {None}
+
+    required = NestedField(101, "score", StringType(), required=True)
+    ensure_table(catalog, ("filtered", "strict"), Schema(*DOCUMENT_SCHEMA.fields, required))
+    opts = FilterOptions("raw.web", "filtered.strict", config_file, run_id="f-strict")
+    with pytest.raises(InputError, match=r"filtered.strict exists with required column\(s\) score"):
+        filter_documents(spark, catalog, opts)
+    assert catalog.load_table(("filtered", "strict")).current_snapshot() is None
 
 
 def test_a_bad_config_fails_before_spark_starts(factory_home, tmp_path):
