@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -88,6 +89,12 @@ def run(args: argparse.Namespace) -> int:
 
     check_can_listen(args.host, args.port)
 
+    if not (args.catalog or os.environ.get("FACTORY_CATALOG")) and not (factory_home() / "catalog.db").is_file():
+        # A mistyped FACTORY_HOME would otherwise serve an empty lakehouse, made there, without a word.
+        print(
+            f"warning: no lakehouse in {factory_home()} yet (FACTORY_HOME): serving an empty one, made there",
+            file=sys.stderr,
+        )
     sources = Sources(args.catalog, args.runs or [factory_home()])
     sources.catalog  # noqa: B018  (a catalog that cannot load is an error now, not on the first page)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
