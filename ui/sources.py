@@ -62,7 +62,9 @@ class BadRequest(InputError):
 class Sources:
     def __init__(self, catalog_name: str | None, roots: list[Path]) -> None:
         self.catalog_name = catalog_name
-        self.roots = [r.resolve() for r in roots]
+        resolved = {r.resolve() for r in roots}
+        # A root inside another would list each of its runs twice, under two keys.
+        self.roots = sorted(r for r in resolved if not any(o != r and r.is_relative_to(o) for o in resolved))
         self._catalog: CachedCatalog | None = None
 
     @property

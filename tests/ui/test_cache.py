@@ -116,6 +116,15 @@ def test_a_run_page_skips_metric_lines_whose_values_are_not_numbers(client, fact
     assert "step 5 · loss 8.0000" in page.text
 
 
+def test_a_runs_folder_named_twice_or_inside_another_lists_each_run_once(factory_home):
+    """``--runs $FACTORY_HOME --runs $FACTORY_HOME/runs`` listed every run twice, under two keys."""
+    run_dir = factory_home / "runs" / "one"
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1, "loss": 1.0}) + "\n")
+    sources = Sources(None, [factory_home, factory_home / "runs", factory_home])
+    assert [r.key for r in sources.runs()] == ["runs/one"]
+
+
 def test_a_cache_keeps_its_newest_entries_only():
     calls: list[int] = []
 
