@@ -84,6 +84,12 @@ def load_catalog(name: str | None = None, *, read_only: bool = False) -> Catalog
                 "or set FACTORY_HOME to another folder (a new one starts an empty lakehouse)"
             ) from None
     configuration = _configuration(name)
+    if not configuration and not os.environ.get("PYICEBERG_URI"):  # pyiceberg: "provide using --uri", no flag of ours
+        raise CatalogConfigError(
+            f"no catalog named {name!r} is configured: configure it in ~/.pyiceberg.yaml (or $PYICEBERG_HOME) or with "
+            f"PYICEBERG_CATALOG__{name.upper()}__* variables, or leave --catalog/FACTORY_CATALOG unset to use the "
+            "embedded SQLite catalog."
+        )
     try:
         return _race_safe(lambda: _pyiceberg_load_catalog(name, **configuration))
     except Exception as exc:  # pyiceberg raises ValueError, ImportError, connection errors…

@@ -252,6 +252,7 @@ def test_unknown_catalog_names_its_configuration():
     proc = run_factory("tables", "--catalog", "nowhere")
     assert proc.returncode == 2
     assert "PYICEBERG_CATALOG__NOWHERE__" in proc.stderr
+    assert "no catalog named 'nowhere' is configured" in proc.stderr and "--uri" not in proc.stderr
 
 
 def test_a_damaged_embedded_catalog_is_named_not_a_traceback(tmp_path):
