@@ -122,8 +122,21 @@ def _binding(summary: Mapping[str, str]) -> dict[str, object]:
     }
 
 
-def _check_binding(run: Run, snapshot: Snapshot, place: str) -> None:
-    differences = _differences(_binding(summary_properties(snapshot)), _binding(run.summary({})))
+def check_binding(
+    run: Run, snapshot: Snapshot, identifier: tuple[str, ...], *, branch: str = MAIN_BRANCH, inputs: bool = True
+) -> None:
+    """Raise ``RunConflictError`` if ``snapshot``, found as run ``run.run_id``'s commit to ``branch``
+    of the table, was made with another job, parameters or properties than ``run``, or, unless
+    ``inputs`` is false, other inputs (a job whose input is the table's head at its commit, as
+    ``factory compact``'s, cannot know it before)."""
+    _check_binding(run, snapshot, _place(identifier, branch), inputs=inputs)
+
+
+def _check_binding(run: Run, snapshot: Snapshot, place: str, *, inputs: bool = True) -> None:
+    recorded, wanted = _binding(summary_properties(snapshot)), _binding(run.summary({}))
+    if not inputs:
+        del recorded["inputs"], wanted["inputs"]
+    differences = _differences(recorded, wanted)
     if differences:
         raise RunConflictError(
             f"run id {run.run_id!r} already committed {place} snapshot {snapshot.snapshot_id} with other "
