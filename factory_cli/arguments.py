@@ -31,6 +31,30 @@ def positive_int(text: str) -> int:
     return value
 
 
+def tag_name(text: str) -> str:
+    """An argparse type: a name a tag may take (``lakehouse.refs.validate_tag_name``), refused with
+    the usage (exit 2) before any work: not ``main``, not an ``audit-`` branch's name."""
+    from lakehouse.errors import InvalidIdentifierError
+    from lakehouse.refs import validate_tag_name
+
+    try:
+        return validate_tag_name(text)
+    except InvalidIdentifierError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def bounded_number(text: str, *, low: float, high: float, what: str) -> float:
+    """``text`` as a finite number from ``low`` to ``high``, else ``ArgumentTypeError`` saying so
+    (``float`` takes ``nan`` and ``inf``, which no count of hours or rows is)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of {what}, got {text!r}") from None
+    if not low <= value <= high:  # also false for nan
+        raise argparse.ArgumentTypeError(f"must be a number of {what} from {low:g} to {high:g}, got {text!r}")
+    return value
+
+
 def _run_id(text: str) -> str:
     """An argparse type: a valid run id, refused with the usage (exit 2) before any work starts."""
     from lakehouse.commit import check_run_id

@@ -24,8 +24,8 @@ write.parquet.row-group-size-bytes, default 1 MiB; a file written by an older ve
 another engine) is rewritten alone, so a compacted table has the layout the jobs write.
 
 Safe to repeat: a table with nothing to combine is left alone, and a retry with the same
---run-id after the commit does nothing. A failure before the commit leaves the table as it
-was."""
+--run-id after the commit does nothing; a run id of another job, or of a compaction of another
+--branch, is refused (exit 2). A failure before the commit leaves the table as it was."""
 
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "compact") -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from factory_cli.arguments import add_run_id_argument
+from factory_cli.arguments import add_run_id_argument, tag_name
 from lakehouse.catalog import load_catalog
 from pipelines.filter import FilterOptions, FilterRunResult, filter_documents
 from pipelines.spark_session import get_spark
@@ -21,7 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "filter") -> Non
     parser.add_argument(
         "--quarantine", metavar="NS.TABLE", help="where dropped documents go (default: <namespace>.quarantine)"
     )
-    parser.add_argument("--tag", metavar="NAME", help="tag the published snapshot")
+    parser.add_argument(
+        "--tag", metavar="NAME", type=tag_name, help="tag the published snapshot (not 'main' nor audit-*)"
+    )
     add_run_id_argument(parser)
 
 

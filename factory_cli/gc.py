@@ -9,17 +9,20 @@ from __future__ import annotations
 import argparse
 from datetime import timedelta
 
+from factory_cli.arguments import bounded_number
 from lakehouse.catalog import list_tables, load_catalog
 from lakehouse.errors import InputError
 from lakehouse.refs import parse_identifier
 from lakehouse.staging_gc import collect_garbage
+
+MAX_GRACE_HOURS = 1_000_000
 
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "gc") -> None:
     parser.add_argument("tables", nargs="*", metavar="NS.TABLE", help="tables to clean (default: all)")
     parser.add_argument(
         "--grace-hours",
-        type=float,
+        type=_grace_hours,
         default=24.0,
         help="leave unreferenced files younger than this (default: 24); files of a run whose lease is "
         "live stay regardless",
@@ -27,9 +30,15 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "gc") -> None:
     parser.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
 
 
+def _grace_hours(text: str) -> float:
+    # A century and more keeps every file; past some 2.4e10 hours a timedelta overflows.
+    return bounded_number(text, low=0, high=MAX_GRACE_HOURS, what="hours")
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.grace_hours < 0:
-        raise InputError("--grace-hours must be zero or more")
+    pinned = [t for t in args.tables if "@" in t]
+    if pinned:
+        raise InputError(f"{pinned[0]}: give a table, not a pinned snapshot (gc cleans a table's staging)")
     catalog = load_catalog(args.catalog)
     identifiers = [parse_identifier(t) for t in args.tables] or list_tables(catalog)
     reports = collect_garbage(catalog, identifiers, grace=timedelta(hours=args.grace_hours), dry_run=args.dry_run)

@@ -10,6 +10,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from factory_cli.arguments import tag_name
 from factory_cli.text import format_columns
 from lakehouse.catalog import list_tables, load_catalog, load_table, resolve
 from lakehouse.commit import summary_properties
@@ -18,6 +19,8 @@ from lakehouse.publish import tag_snapshot
 from lakehouse.refs import PinnedRef, format_identifier, parse_identifier
 
 PREVIEW_CHARS = 60
+# The most rows `show -n` takes: pyarrow counts rows in int64 (the scan's limit, the slice).
+MAX_ROWS = 2**63 - 1
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -26,11 +29,13 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
         parser.add_argument("--json", action="store_true", help="print JSON for machines")
     elif name == "show":
         parser.add_argument("ref", metavar="NS.TABLE[@REF]")
-        parser.add_argument("-n", type=int, default=10, help="how many rows (default: 10)")
+        parser.add_argument("-n", type=_row_count, default=10, help="how many rows (default: 10)")
         parser.add_argument("--json", action="store_true", help="print rows as JSON lines, text in full")
     elif name == "tag":
         parser.add_argument("ref", metavar="NS.TABLE[@REF]", help="the snapshot to name")
-        parser.add_argument("name", metavar="NAME", help="the tag")
+        parser.add_argument(
+            "name", metavar="NAME", type=tag_name, help="the tag (not 'main' nor audit-*, the jobs' branches)"
+        )
         parser.add_argument("--force", action="store_true", help="move the tag if it already exists")
 
 
@@ -39,11 +44,14 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "tables":
         print(format_tables(catalog))
     elif args.command == "snapshots":
-        table = load_table(catalog, parse_identifier(args.table))
+        if "@" in args.table:
+            raise FactoryError(f"{args.table}: give a table, not a pinned snapshot (snapshots lists a table's)")
+        identifier = parse_identifier(args.table)
+        table = load_table(catalog, identifier)
         if args.json:
             print(json.dumps([snapshot_record(table, s) for s in table.snapshots()], indent=2))
         else:
-            print(format_snapshots(table))
+            print(format_snapshots(table, format_identifier(identifier)))
     elif args.command == "show":
         table, pinned = resolve(catalog, args.ref)
         print(format_rows(table, pinned, args.n, as_json=args.json))
@@ -102,10 +110,11 @@ def snapshot_record(table: Table, snapshot: Snapshot) -> dict[str, object]:
     }
 
 
-def format_snapshots(table: Table) -> str:
+def format_snapshots(table: Table, label: str | None = None) -> str:
+    """``table``'s snapshots, oldest first; ``label`` names it (default: the identifier it was loaded by)."""
     snapshots = sorted(table.snapshots(), key=lambda s: s.timestamp_ms)
     if not snapshots:
-        return f"{format_identifier(table.name()[1:])} has no snapshots yet"
+        return f"{label or format_identifier(table.name())} has no snapshots yet"
     blocks = []
     for snapshot in snapshots:
         rec = snapshot_record(table, snapshot)
@@ -139,9 +148,20 @@ def _describe_input(entry: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in entry.items())
 
 
+def _row_count(text: str) -> int:
+    """An argparse type for ``show -n``: a whole number that pyarrow's int64 row counts can hold."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of rows, got {text!r}") from None
+    if not 0 <= value <= MAX_ROWS:
+        raise argparse.ArgumentTypeError(f"must be a number of rows from 0 to {MAX_ROWS}, got {text}")
+    return value
+
+
 def format_rows(table: Table, pinned: PinnedRef, n: int, *, as_json: bool) -> str:
-    if n < 0:
-        raise FactoryError("-n must be zero or more")
+    if not 0 <= n <= MAX_ROWS:
+        raise FactoryError(f"-n must be from 0 to {MAX_ROWS}")
     rows = table.scan(snapshot_id=pinned.snapshot_id, limit=n).to_arrow().slice(0, n).to_pylist()
     if as_json:
         return "\n".join(json.dumps(row, default=_json_default) for row in rows)

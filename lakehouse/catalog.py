@@ -151,10 +151,7 @@ def ensure_table(catalog: Catalog, identifier: tuple[str, ...], schema: Schema) 
         except CommitFailedException:  # another writer changed the table first: look again
             continue
         except ValueError as exc:  # pyiceberg's word for columns that cannot be merged
-            raise InputError(
-                f"table {format_identifier(identifier)} exists with other columns than this output needs ({exc}): "
-                "write to another table"
-            ) from None
+            raise _other_columns(identifier, exc) from None
     return catalog.load_table(identifier)
 
 
@@ -168,6 +165,28 @@ def _refuse_required_extras(table: Table, schema: Schema, identifier: tuple[str,
             f"table {format_identifier(identifier)} exists with required column(s) {', '.join(extra)} that this "
             "output does not have: write to another table"
         )
+
+
+def check_table_takes(catalog: Catalog, identifier: tuple[str, ...], schema: Schema) -> None:
+    """Refuse (``InputError``), creating and changing nothing, an existing table that
+    ``ensure_table`` could not give ``schema``'s columns: a job checks all its outputs so before
+    it makes any, so a refusal leaves no empty table behind."""
+    try:
+        table = catalog.load_table(identifier)
+    except NoSuchTableError:
+        return
+    _refuse_required_extras(table, schema, identifier)
+    try:
+        table.update_schema().union_by_name(schema)  # planned only: an update is committed on exit or commit()
+    except ValueError as exc:
+        raise _other_columns(identifier, exc) from None
+
+
+def _other_columns(identifier: tuple[str, ...], exc: ValueError) -> InputError:
+    return InputError(
+        f"table {format_identifier(identifier)} exists with other columns than this output needs ({exc}): "
+        "write to another table"
+    )
 
 
 def _race_safe(create: Callable[[], _T]) -> _T:

@@ -102,6 +102,11 @@ class Run:
         lease.hold(prefix, table.io.properties)
         return prefix
 
+    def release_staging(self, table: Table) -> None:
+        """Give up the lease ``staging_prefix`` took, for a run refused before its commit of
+        ``table``: nothing will commit those files, so ``factory gc`` may take them at once."""
+        lease.release(_staging_prefix(table, self))
+
     def summary(self, stats: Mapping[str, object]) -> dict[str, str]:
         """The ``factory.*`` snapshot summary properties of this run."""
         props = {

@@ -17,7 +17,9 @@ snapshot it compacted, so ``factory lineage`` walks through it to the runs that 
   files are staged under the run's folder, for ``factory gc``); the old files stay, since older
   snapshots still reference them.
 - A retry with the same ``--run-id`` after the commit finds it and does nothing; without one,
-  the table is compact by then and it does nothing either.
+  the table is compact by then and it does nothing either. The run id is bound to the job and
+  its parameters (branch, target) as every job's: another job's run id is refused, never taken
+  for this compaction done.
 - Another writer committing meanwhile is fine (its files stay); one that removed a file being
   compacted makes the commit refuse, with nothing committed.
 """
@@ -53,6 +55,7 @@ from lakehouse.faults import maybe_fail
 from lakehouse.file_sizes import first_fit_groups, is_small, target_file_bytes
 from lakehouse.refs import PinnedRef, format_identifier
 from lakehouse.row_groups import row_group_bytes
+from lakehouse.run_binding import check_binding
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +70,8 @@ RELAYOUT_FACTOR = 2
 class CompactResult:
     table: str
     snapshot_id: int | None  # the replace snapshot; None when there was nothing to combine
-    files_before: int
-    files_after: int
+    files_before: int  # in the branch head the snapshot replaced files of (another writer's included)
+    files_after: int  # in the snapshot
     files_rewritten: int  # old files combined into new ones
     records_rewritten: int
     already: bool  # nothing was done: already compact, or this run id already committed
@@ -88,9 +91,13 @@ def compact_table(
     table = load_table(catalog, identifier)
     target = target_file_bytes(table.properties)
     run_id = run_id or Run.new_id(JOB)
+    params = {"target-file-size-bytes": target, "branch": branch}
     done = find_run_snapshot(table, run_id, branch)
     if done is not None:
-        return _existing(name, done)
+        # Only this compaction's own snapshot means done: another job's run id, or this one's with
+        # another branch or target, is refused as every job refuses it (RunConflictError).
+        check_binding(Run(JOB, run_id, params, []), done, identifier, branch=branch, inputs=False)
+        return _result(name, done, already=True)
     if branch not in table.metadata.refs:
         if branch == MAIN_BRANCH:  # a table never written: nothing to do
             return CompactResult(name, None, 0, 0, 0, 0, already=True)
@@ -107,7 +114,7 @@ def compact_table(
     run = Run(
         job=JOB,
         run_id=run_id,
-        params={"target-file-size-bytes": target, "branch": branch},
+        params=params,
         inputs=[{**PinnedRef(identifier, head.snapshot_id, None).as_input(), "role": "compacted"}],
     )
     prefix = run.staging_prefix(table)  # takes the folder's lease: gc leaves it alone meanwhile
@@ -132,15 +139,11 @@ def compact_table(
         raise
     finally:
         lease.release(prefix)
-    table = load_table(catalog, identifier)
-    if already:
-        return _existing(name, table.snapshot_by_id(snapshot_id))
-    rewritten = sum(len(g) for g in groups)
-    after = len(files) - rewritten + len(written)
-    log.info("%s: replaced %d small file(s) by %d in snapshot %s", name, rewritten, len(written), snapshot_id)
-    return CompactResult(
-        name, snapshot_id, len(files), after, rewritten, sum(f.record_count for g in groups for f in g), False
-    )
+    log.info("%s: replaced %d small file(s) by %d in snapshot %s", name, sum(map(len, groups)), len(written),
+             snapshot_id)  # fmt: skip
+    # Counted from the committed snapshot, not the listing planned from: a writer that appended
+    # meanwhile added files the replace snapshot holds too.
+    return _result(name, load_table(catalog, identifier).snapshot_by_id(snapshot_id), already=already)
 
 
 def data_snapshot(table: Table, snapshot: Snapshot) -> Snapshot:
@@ -239,7 +242,8 @@ def _commit(
         table = load_table(catalog, identifier)
         branch = run.params["branch"]
         done = find_run_snapshot(table, run.run_id, branch)
-        if done is not None:
+        if done is not None:  # an attempt running at the same time: done only if it was this compaction
+            check_binding(run, done, identifier, branch=branch, inputs=False)
             return done.snapshot_id, True
         live = {file_key(f.file_path): f for f in live_data_files(table, _head(table, branch), name)}
         gone = [f.file_path for g in groups for f in g if file_key(f.file_path) not in live]
@@ -288,14 +292,15 @@ def _head(table: Table, branch: str) -> Snapshot:
     return table.snapshot_by_id(table.metadata.refs[branch].snapshot_id)
 
 
-def _existing(name: str, snapshot: Snapshot) -> CompactResult:
+def _result(name: str, snapshot: Snapshot, *, already: bool) -> CompactResult:
+    """What the replace ``snapshot`` did, from its summary: the files of its parent and its own."""
     stats = snapshot_stats(snapshot)
     summary = snapshot.summary
     total = int(summary.get("total-data-files", 0)) if summary is not None else 0
     before = total - stats.get("files-written", 0) + stats.get("files-rewritten", 0)
     return CompactResult(
         name, snapshot.snapshot_id, before, total, stats.get("files-rewritten", 0),
-        stats.get("records-rewritten", 0), already=True,
+        stats.get("records-rewritten", 0), already=already,
     )  # fmt: skip
 
 

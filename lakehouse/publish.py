@@ -31,7 +31,7 @@ from sqlalchemy.exc import OperationalError
 from lakehouse.catalog import load_table
 from lakehouse.commit import MAIN_BRANCH
 from lakehouse.errors import CommitError, FactoryError, InvalidIdentifierError, PublishRefusedError
-from lakehouse.refs import PinnedRef, format_identifier, validate_ref_name
+from lakehouse.refs import PinnedRef, format_identifier, validate_ref_name, validate_tag_name
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +84,22 @@ def start_branch(catalog: Catalog, identifier: tuple[str, ...], branch: str, *, 
     return table
 
 
+def check_branch_free(table: Table | None, branch: str, name: str) -> None:
+    """Refuse (``PublishRefusedError``) when ``branch``, a job's audit branch, is the name of a tag
+    of ``table`` (None: a table not made yet): the job could never commit there. Jobs ask before
+    their work, so a clash costs no Spark pass and stages no file."""
+    existing = table.metadata.refs.get(branch) if table is not None else None
+    if existing is not None and existing.snapshot_ref_type != "branch":
+        raise PublishRefusedError(
+            f"{name} has a tag {branch!r}, the name this run's audit branch needs (audit-<run-id>); nothing was "
+            f"committed. Run again with another --run-id (or none), or remove the tag with pyiceberg: "
+            f"catalog.load_table({name!r}).manage_snapshots().remove_tag({branch!r}).commit()"
+        )
+
+
 def _create_branch(table: Table, branch: str, name: str) -> Table:
-    existing = table.metadata.refs.get(branch)
-    if existing is not None:
-        if existing.snapshot_ref_type != "branch":
-            raise PublishRefusedError(f"{branch!r} is a tag of {name}, not a branch")
+    check_branch_free(table, branch, name)
+    if branch in table.metadata.refs:
         return table
     if head(table) is None:
         # Iceberg writes to a branch only once the table has a snapshot: give main an empty one.
@@ -159,7 +170,7 @@ def _retry(action, name: str, max_attempts: int = 8):
 
 def tag_snapshot(table: Table, pinned: PinnedRef, name: str, *, force: bool = False) -> None:
     """Point tag ``name`` at the pinned snapshot (moving it only with ``force``)."""
-    validate_ref_name(name)
+    validate_tag_name(name)
     existing = table.metadata.refs.get(name)
     if existing is not None:
         if existing.snapshot_ref_type != "tag":
@@ -179,7 +190,7 @@ def move_tag(catalog: Catalog, identifier: tuple[str, ...], name: str, expected:
     A compare-and-set: the catalog checks the tag's snapshot at commit (pyiceberg's
     ``AssertRefSnapshotId``), so two deciders cannot both move it. Already at ``snapshot_id``: done.
     Moved elsewhere meanwhile: ``PublishRefusedError``, the tag left where the other put it."""
-    validate_ref_name(name)
+    validate_tag_name(name)
     label = format_identifier(identifier)
 
     def attempt() -> None:

@@ -21,6 +21,9 @@ _PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # name no file system or catalog can hold fails here, not after its namespace was made.
 MAX_PART_CHARS = 128
 _REF_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
+# The branches the jobs write besides main: write-audit-publish's `audit-<run-id>`
+# (docs/architecture.md, "Write-audit-publish"); no tag may take such a name.
+AUDIT_PREFIX = "audit-"
 
 
 def parse_identifier(text: str) -> tuple[str, ...]:
@@ -68,10 +71,31 @@ def format_identifier(identifier: tuple[str, ...]) -> str:
 
 
 def validate_ref_name(name: str) -> str:
-    """A tag or branch name: letters, digits, ``_ . -``, and not all digits (those are snapshot ids)."""
+    """A tag or branch name: letters, digits, ``_ . -``, starting with a letter, digit or ``_``,
+    without ``..``, and not all digits (those are snapshot ids)."""
     if not _REF_NAME.match(name or "") or name.isdigit() or ".." in name:
         raise InvalidIdentifierError(
-            f"invalid tag or branch name {name!r}: use letters, digits, '_', '.', '-', not only digits"
+            f"invalid tag or branch name {name[:40]!r}: use letters, digits, '_', '.', '-', starting with a "
+            "letter, digit or '_', with no '..', and not only digits (those name snapshot ids)"
+        )
+    return name
+
+
+def validate_tag_name(name: str) -> str:
+    """A name a user or a job may give a tag: a ref name (``validate_ref_name``) of at most
+    ``MAX_PART_CHARS`` characters that is neither ``main`` nor an ``audit-`` branch's name."""
+    validate_ref_name(name)
+    if len(name) > MAX_PART_CHARS:
+        # Every listing of refs (`factory tables`, the UI) shows the name whole.
+        raise InvalidIdentifierError(
+            f"invalid tag name {name[:20]}…: it has {len(name)} characters, at most {MAX_PART_CHARS}; choose a "
+            "shorter one"
+        )
+    if name == "main" or name.startswith(AUDIT_PREFIX):
+        # A tag there would stop the job whose branch it is (write-audit-publish: `audit-<run-id>`).
+        raise InvalidIdentifierError(
+            f"tag name {name!r} is reserved: 'main' and names starting with {AUDIT_PREFIX!r} are the "
+            "branches the jobs write; choose another name"
         )
     return name
 

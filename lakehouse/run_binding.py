@@ -7,8 +7,9 @@ table (``commit_run``); with others it is refused (``RunConflictError``), naming
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from pyiceberg.catalog import Catalog
@@ -27,7 +28,7 @@ from lakehouse.commit import (
     find_run_snapshot,
     summary_properties,
 )
-from lakehouse.errors import RunConflictError
+from lakehouse.errors import FactoryError, RunConflictError
 from lakehouse.faults import maybe_fail
 from lakehouse.json_paths import ABSENT, differing_paths, flatten
 from lakehouse.refs import format_identifier
@@ -94,18 +95,34 @@ def commit_run(
     retry redid the same work); otherwise ``RunConflictError``, and nothing more is committed.
     """
     results = []
-    for n, output in enumerate(outputs):
-        if n:
-            maybe_fail("between-commits")
-        result = commit_files(catalog, output.identifier, output.files, run, stats, branch=output.branch)
-        if result.already_committed:
-            snapshot = load_table(catalog, output.identifier).snapshot_by_id(result.snapshot_id)
-            place = _place(output.identifier, output.branch)
-            _check_binding(run, snapshot, place)
-            _check_stats(run, snapshot, stats, place)
-            result = committed_result(output.identifier, snapshot)
-        results.append(result)
+    with release_staging_on_refusal(catalog, run, [output.identifier for output in outputs]):
+        for n, output in enumerate(outputs):
+            if n:
+                maybe_fail("between-commits")
+            result = commit_files(catalog, output.identifier, output.files, run, stats, branch=output.branch)
+            if result.already_committed:
+                snapshot = load_table(catalog, output.identifier).snapshot_by_id(result.snapshot_id)
+                place = _place(output.identifier, output.branch)
+                _check_binding(run, snapshot, place)
+                _check_stats(run, snapshot, stats, place)
+                result = committed_result(output.identifier, snapshot)
+            results.append(result)
     return results
+
+
+@contextlib.contextmanager
+def release_staging_on_refusal(catalog: Catalog, run: Run, identifiers: Iterable[tuple[str, ...]]) -> Iterator[None]:
+    """Release this attempt's leases on its staging folders of ``identifiers`` when the block
+    refuses the run (a ``FactoryError``: the attempt will commit nothing more), so ``factory gc``
+    need not wait out the lease. Any other error leaves them to lapse, as a crash does: the outcome
+    of a commit it interrupted may be unknown (docs/architecture.md, "The commit protocol")."""
+    try:
+        yield
+    except FactoryError:
+        for identifier in identifiers:
+            with contextlib.suppress(FactoryError, NoSuchTableError, OSError):  # best effort: the refusal is the news
+                run.release_staging(load_table(catalog, identifier))
+        raise
 
 
 def _binding(summary: Mapping[str, str]) -> dict[str, object]:
@@ -122,8 +139,21 @@ def _binding(summary: Mapping[str, str]) -> dict[str, object]:
     }
 
 
-def _check_binding(run: Run, snapshot: Snapshot, place: str) -> None:
-    differences = _differences(_binding(summary_properties(snapshot)), _binding(run.summary({})))
+def check_binding(
+    run: Run, snapshot: Snapshot, identifier: tuple[str, ...], *, branch: str = MAIN_BRANCH, inputs: bool = True
+) -> None:
+    """Raise ``RunConflictError`` if ``snapshot``, found as run ``run.run_id``'s commit to ``branch``
+    of the table, was made with another job, parameters or properties than ``run``, or, unless
+    ``inputs`` is false, other inputs (a job whose input is the table's head at its commit, as
+    ``factory compact``'s, cannot know it before)."""
+    _check_binding(run, snapshot, _place(identifier, branch), inputs=inputs)
+
+
+def _check_binding(run: Run, snapshot: Snapshot, place: str, *, inputs: bool = True) -> None:
+    recorded, wanted = _binding(summary_properties(snapshot)), _binding(run.summary({}))
+    if not inputs:
+        del recorded["inputs"], wanted["inputs"]
+    differences = _differences(recorded, wanted)
     if differences:
         raise RunConflictError(
             f"run id {run.run_id!r} already committed {place} snapshot {snapshot.snapshot_id} with other "

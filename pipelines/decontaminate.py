@@ -31,13 +31,13 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from lakehouse.catalog import ensure_table, resolve, snapshot_schema
+from lakehouse.catalog import check_table_takes, ensure_table, resolve, snapshot_schema
 from lakehouse.columns import DOCUMENT_COLUMNS
 from lakehouse.commit import CommitResult, Run, StagedFile, existing_commits
 from lakehouse.errors import InputError
-from lakehouse.publish import publish, remove_branch, start_branch
+from lakehouse.publish import check_branch_free, publish, remove_branch, start_branch
 from lakehouse.refs import PinnedRef, format_identifier, parse_identifier, quarantine_identifier
-from lakehouse.run_binding import RunOutput, commit_run, find_run_commits
+from lakehouse.run_binding import RunOutput, commit_run, find_run_commits, release_staging_on_refusal
 from lakehouse.schemas import (
     QUARANTINE_RECORD_BYTES,
     QUARANTINE_SCHEMA_WITH_METRICS,
@@ -117,13 +117,19 @@ def decontaminate(spark: SparkSession, catalog: Catalog, opts: DecontaminateOpti
         (refused, kept), stats = existing_commits(done)
         return DecontaminateResult(run.run_id, kept, refused, stats, already_committed=True)
 
+    # Both checked before either is made: a refused run leaves no table behind.
+    check_table_takes(catalog, out_id, source.schema())
+    check_table_takes(catalog, quarantine_id, QUARANTINE_SCHEMA_WITH_METRICS)
     output = ensure_table(catalog, out_id, source.schema())
     require_columns(output.schema(), tuple(f.name for f in source.schema().fields), opts.output)
     quarantine = ensure_table(catalog, quarantine_id, QUARANTINE_SCHEMA_WITH_METRICS)
+    if audited is None:
+        check_branch_free(output, branch, opts.output)
     if audited is None or done[quarantine_id] is None:
         staged, stats = _mark_and_stage(spark, run, source, pinned, suites, opts.ngram, output, quarantine)
         if audited is None:  # the output is the clean input, replacing what main held (as the filter's)
-            start_branch(catalog, out_id, branch, empty=True)
+            with release_staging_on_refusal(catalog, run, [quarantine_id, out_id]):
+                start_branch(catalog, out_id, branch, empty=True)
         refused_commit, kept_commit = commit_run(
             catalog, run, [RunOutput(quarantine_id, staged[0]), RunOutput(out_id, staged[1], branch)], stats
         )

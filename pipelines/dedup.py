@@ -59,7 +59,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from lakehouse.catalog import ensure_table, resolve, snapshot_schema
+from lakehouse.catalog import check_table_takes, ensure_table, resolve, snapshot_schema
 from lakehouse.columns import DOCUMENT_COLUMNS, TARGET_COLUMN
 from lakehouse.commit import CommitResult, Run, existing_commits, record_count
 from lakehouse.errors import InputError
@@ -176,12 +176,15 @@ def dedup(spark: SparkSession, catalog: Catalog, opts: DedupOptions) -> DedupRes
         (documents, clusters), stats = existing_commits(done)
         return DedupResult(run.run_id, documents, clusters, stats, already_committed=True)
 
+    out_schema = _output_schema(inputs.schema)
+    # Both checked before either is made: a refused run leaves no table behind.
+    check_table_takes(catalog, out_id, out_schema)
+    check_table_takes(catalog, clusters_id, CLUSTERS_SCHEMA)
     docs = _read_inputs(spark, inputs)
     if (
         len(inputs.pinned) > 1
     ):  # within one table doc_ids are unique (docs/architecture.md, "Tables"); across tables, check
         _refuse_colliding_ids(docs, inputs)
-    out_schema = _output_schema(inputs.schema)
     documents = ensure_table(catalog, out_id, out_schema)
     require_columns(documents.schema(), tuple(f.name for f in out_schema.fields), opts.output)
     clusters = ensure_table(catalog, clusters_id, CLUSTERS_SCHEMA)

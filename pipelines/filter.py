@@ -39,14 +39,14 @@ from pyiceberg.table.snapshots import Snapshot
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.catalog import ensure_table, load_table, resolve, snapshot_schema
+from lakehouse.catalog import check_table_takes, ensure_table, load_table, resolve, snapshot_schema
 from lakehouse.columns import DOCUMENT_COLUMNS
 from lakehouse.commit import Run, snapshot_stats
 from lakehouse.errors import InputError, ValidationFailedError
 from lakehouse.faults import maybe_fail
-from lakehouse.publish import Published, publish, remove_branch, start_branch, tag_snapshot
-from lakehouse.refs import PinnedRef, format_identifier, parse_identifier, quarantine_identifier, validate_ref_name
-from lakehouse.run_binding import RunOutput, commit_run, find_run_commits
+from lakehouse.publish import Published, check_branch_free, publish, remove_branch, start_branch, tag_snapshot
+from lakehouse.refs import PinnedRef, format_identifier, parse_identifier, quarantine_identifier, validate_tag_name
+from lakehouse.run_binding import RunOutput, commit_run, find_run_commits, release_staging_on_refusal
 from lakehouse.schemas import (
     QUARANTINE_RECORD_BYTES,
     QUARANTINE_SCHEMA_WITH_METRICS,
@@ -156,6 +156,8 @@ def filter_documents(
         return result
     if opts.tag and opts.tag in job.output.metadata.refs:
         raise InputError(f"{opts.output} already has a ref named {opts.tag!r}; choose another --tag")
+    if audited is None:
+        check_branch_free(job.output, job.branch, opts.output)
 
     seconds = {}
     quarantined = done[quarantine_id]
@@ -214,7 +216,7 @@ def _prepare(spark: SparkSession, catalog: Catalog, opts: FilterOptions) -> _Job
     """Check the inputs and options, make the output tables, name the run."""
     config = load_config(opts.config)
     if opts.tag:
-        validate_ref_name(opts.tag)
+        validate_tag_name(opts.tag)
     source, pinned = resolve(catalog, opts.input)
     require_columns(source.schema(), DOCUMENT_COLUMNS, opts.input)
     clash = sorted(_RESERVED & {f.name for f in source.schema().fields})
@@ -222,6 +224,9 @@ def _prepare(spark: SparkSession, catalog: Catalog, opts: FilterOptions) -> _Job
         raise InputError(f"{opts.input} has column(s) {clash} that the filter stage adds; rename them first")
     if opts.output_id == pinned.identifier or opts.quarantine_id in (opts.output_id, pinned.identifier):
         raise InputError("--output, the quarantine table and --input must be three different tables")
+    # Both checked before either is made: a refused run leaves no table behind.
+    check_table_takes(catalog, opts.output_id, source.schema())
+    check_table_takes(catalog, opts.quarantine_id, QUARANTINE_SCHEMA_WITH_METRICS)
     output = ensure_table(catalog, opts.output_id, source.schema())
     quarantine = ensure_table(catalog, opts.quarantine_id, QUARANTINE_SCHEMA_WITH_METRICS)
     run_id = opts.run_id or Run.new_id("filter")
@@ -283,7 +288,8 @@ def _filter_and_commit(job: _Job, start_audit: bool) -> tuple[Snapshot, Snapshot
     stats = {"documents-in": kept.records + refused.records, "kept": kept.records, "quarantined": refused.records}
     stats.update(drop_stats(refused.counts))
     if start_audit:
-        start_branch(job.catalog, job.opts.output_id, job.branch, empty=True)
+        with release_staging_on_refusal(job.catalog, job.run, [job.opts.quarantine_id, job.opts.output_id]):
+            start_branch(job.catalog, job.opts.output_id, job.branch, empty=True)
     quarantined, audited = commit_run(
         job.catalog,
         job.run,

@@ -96,3 +96,20 @@ def test_gc_spares_a_running_ingest_and_removes_a_dead_runs_staging(factory_home
         f"document number {i}" for i in range(5)
     ]
     assert not list(warehouse.glob(f"*/data/runs/live/*/{LEASE_FILE}"))  # released at the commits
+
+
+@pytest.mark.parametrize("hours", ["nan", "inf", "1e20", "-1"])
+def test_grace_hours_that_are_no_number_of_hours_are_refused_with_the_usage(factory_home, capsys, hours):
+    from factory_cli.main import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["gc", "--grace-hours", hours])
+    assert exit_.value.code == 2
+    assert f"--grace-hours: must be a number of hours from 0 to 1e+06, got '{hours}'" in capsys.readouterr().err
+
+
+def test_gc_of_a_pinned_snapshot_is_refused(factory_home, capsys):
+    from factory_cli.main import main
+
+    assert main(["gc", "raw.t@v1"]) == 2
+    assert "raw.t@v1: give a table, not a pinned snapshot" in capsys.readouterr().err

@@ -39,3 +39,48 @@ def test_a_ref_at_an_older_snapshot_is_listed_with_it(catalog):
     )
     line = next(x for x in format_tables(catalog).splitlines() if x.startswith("filtered.docs"))
     assert line.rstrip().endswith(f" production@{older}"), line
+
+
+def _exit_of(capsys, *argv: str) -> tuple[int, str]:
+    """The exit status of ``factory ARGV`` run in this process (argparse's refusals included) and its stderr."""
+    from factory_cli.main import main
+
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+def test_tags_refuse_the_jobs_branch_names_and_names_too_long_to_list(catalog, capsys):
+    table = ensure_table(catalog, ("raw", "t"), DOCUMENT_SCHEMA)
+    row = {"doc_id": "a", "source": "t", "text": "t", "path": "a", "lang": "en", "n_bytes": 1}
+    table.append(pa.Table.from_pylist([row], schema=arrow_schema(DOCUMENT_SCHEMA)))
+    for name, message in (
+        ("audit-r1", "is reserved"),
+        ("main", "is reserved"),
+        ("v" * 5000, "at most 128"),
+        ("-weird", "starting with a letter, digit or '_'"),
+    ):
+        code, err = _exit_of(capsys, "tag", "raw.t", "--", name)
+        assert (code, message in err) == (2, True), err
+    assert set(catalog.load_table(("raw", "t")).metadata.refs) == {"main"}
+    assert _exit_of(capsys, "tag", "raw.t", "v1")[0] == 0
+
+
+def test_show_and_snapshots_refuse_what_they_cannot_take(catalog, capsys):
+    table = ensure_table(catalog, ("raw", "t"), DOCUMENT_SCHEMA)
+    row = {"doc_id": "a", "source": "t", "text": "t", "path": "a", "lang": "en", "n_bytes": 1}
+    table.append(pa.Table.from_pylist([row], schema=arrow_schema(DOCUMENT_SCHEMA)))
+    code, err = _exit_of(capsys, "show", "raw.t", "-n", "99999999999999999999")
+    assert code == 2 and "from 0 to 9223372036854775807" in err
+    code, err = _exit_of(capsys, "snapshots", "raw.t@v1")
+    assert code == 2 and "give a table, not a pinned snapshot" in err
+
+
+def test_a_table_without_snapshots_is_named_whole(catalog, capsys):
+    from factory_cli.main import main
+
+    ensure_table(catalog, ("raw", "empty"), DOCUMENT_SCHEMA)
+    assert main(["snapshots", "raw.empty"]) == 0
+    assert capsys.readouterr().out == "raw.empty has no snapshots yet\n"

@@ -16,7 +16,7 @@ from factory_cli.main import main
 from lakehouse.catalog import ensure_table
 from lakehouse.commit import Run, commit_files, snapshot_stats
 from lakehouse.compact import compact_table, data_snapshot
-from lakehouse.errors import InputError
+from lakehouse.errors import InputError, RunConflictError
 from lakehouse.schemas import DOCUMENT_SCHEMA
 from tests.conftest import run_factory
 from tests.lakehouse.test_commit import stage
@@ -108,6 +108,23 @@ def test_a_tag_is_refused_as_the_branch_before_any_file_is_written(catalog):
     assert _files(catalog) == before and catalog.load_table(TABLE).current_snapshot().snapshot_id == snapshot_id
 
 
+def test_a_run_id_is_bound_to_the_compaction_it_ran(catalog, capsys):
+    """Another job's run id, or a compaction's with another branch, was taken for this compaction
+    done: "already compacted by this run", exit 0, nothing done."""
+    _ingest(catalog, "ingest-a", files=4)
+    head = catalog.load_table(TABLE).current_snapshot().snapshot_id
+    with pytest.raises(RunConflictError, match=r"job: committed with 'ingest', now 'compact'"):
+        compact_table(catalog, TABLE, run_id="ingest-a")
+    assert main(["compact", "raw.docs", "--run-id", "ingest-a"]) == 2
+    assert "already committed raw.docs snapshot" in capsys.readouterr().err
+    assert catalog.load_table(TABLE).current_snapshot().snapshot_id == head
+
+    compacted = compact_table(catalog, TABLE, run_id="compact-1").snapshot_id
+    catalog.load_table(TABLE).manage_snapshots().create_branch(compacted, "side").commit()
+    with pytest.raises(RunConflictError, match=r"params\.branch: committed with 'main', now 'side'"):
+        compact_table(catalog, TABLE, run_id="compact-1", branch="side")
+
+
 def test_files_combine_up_to_the_tables_target_size_and_big_files_stay(catalog):
     _ingest(catalog, "ingest-a", files=8, rows=50, text_bytes=400)
     sizes = sorted(t.file.file_size_in_bytes for t in catalog.load_table(TABLE).scan().plan_files())
@@ -164,8 +181,10 @@ def test_a_writer_committing_during_a_compaction_keeps_its_rows(catalog, factory
         time.sleep(0.1)
     _ingest(catalog, "ingest-b", files=1)  # lands between the compaction's plan and its commit
     (folder / "resume").touch()
-    _, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
+    # Counted from the committed snapshot: the writer's file is in it (the listing planned from had 4).
+    assert "replaced 4 file(s) (80 records) by 1; 5 → 2 file(s)" in out
     ids = [r["doc_id"] for r in _rows(catalog)]
     assert len(ids) == 100 and sum(i.startswith("ingest-b") for i in ids) == 20
     assert len(_files(catalog)) == 2  # the four compacted into one, and the new one

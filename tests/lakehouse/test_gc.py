@@ -14,8 +14,9 @@ import pytest
 from lakehouse import lease
 from lakehouse.catalog import ensure_table, list_tables
 from lakehouse.commit import RUNS_DIR, Run, StagedFile, commit_files
-from lakehouse.errors import CommitError
+from lakehouse.errors import CommitError, RunConflictError
 from lakehouse.publish import start_branch
+from lakehouse.run_binding import RunOutput, commit_run
 from lakehouse.schemas import DOCUMENT_SCHEMA, QUARANTINE_SCHEMA, arrow_schema
 from lakehouse.staging_gc import collect_garbage
 from tests.conftest import run_factory
@@ -219,3 +220,20 @@ def test_a_run_whose_lease_was_lost_refuses_to_commit(catalog, monkeypatch):
     with pytest.raises(CommitError, match="lease"):
         commit_files(catalog, DOCS, files, other, {})
     assert catalog.load_table(DOCS).metadata.snapshots == []
+
+
+def test_a_run_refused_after_staging_gives_up_its_leases_and_gc_takes_its_files(catalog):
+    """A clean refusal (here: the run's first table already committed with other counts) commits
+    nothing more, so its staging is nobody's: gc need not wait out a lease for it."""
+    table, other = (ensure_table(catalog, name, DOCUMENT_SCHEMA) for name in (DOCS, OTHER))
+    run = new_run()
+    commit_files(catalog, DOCS, [stage(table, run, ["a"])], run, {"kept": 1})  # then it died
+    retry = new_run()
+    staged = stage(other, retry, ["b"])
+    outputs = [RunOutput(DOCS, [stage(table, retry, ["a", "c"])]), RunOutput(OTHER, [staged])]
+    with pytest.raises(RunConflictError, match="counted otherwise"):
+        commit_run(catalog, retry, outputs, {"kept": 2})
+
+    assert not (local(staged.path).parent / lease.LEASE_FILE).exists()
+    (report,) = collect_garbage(catalog, [OTHER], grace=timedelta(0))
+    assert report.removed == [staged.path] and report.kept_live == 0

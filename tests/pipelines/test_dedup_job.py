@@ -12,9 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lakehouse.catalog import load_table
+from lakehouse.catalog import ensure_table, load_table
 from lakehouse.commit import find_run_snapshot, snapshot_stats
 from lakehouse.errors import InputError, RunConflictError
+from lakehouse.schemas import DOCUMENT_SCHEMA
 from pipelines.dedup import BUCKET_ANCHORS, DedupOptions, dedup
 from pipelines.dedup_stages import DedupConfig
 from pipelines.minhash import MinHashConfig
@@ -231,6 +232,15 @@ def test_a_dedup_killed_between_its_two_commits_finishes_on_retry(factory_home, 
         clusters.snapshot_id
     ]
     assert len(rows(catalog, "dedup.docs")) == stats["kept"]
+
+
+def test_a_clusters_table_refused_for_its_columns_leaves_no_output_table_made(spark, catalog):
+    docs = [{"doc_id": d, "source": "t", "text": d * 9, "path": None, "lang": None, "n_bytes": 9} for d in "ab"]
+    write_table(catalog, "raw.docs", docs)
+    ensure_table(catalog, ("dedup", "docs_clusters"), DOCUMENT_SCHEMA)  # a table with other columns
+    with pytest.raises(InputError, match=r"dedup\.docs_clusters exists with other columns"):
+        dedup(spark, catalog, DedupOptions(["raw.docs"], "dedup.docs"))
+    assert not catalog.table_exists(("dedup", "docs"))
 
 
 def test_cli_refuses_a_missing_input_before_starting_spark(factory_home):

@@ -256,6 +256,42 @@ def test_an_output_with_columns_the_input_lacks_reads_them_null_or_is_refused_wh
     assert catalog.load_table(("filtered", "strict")).current_snapshot() is None
 
 
+def test_a_tag_the_jobs_reserve_is_refused_before_any_work(factory_home, catalog, config_file):
+    """`--tag main` published, then failed ("'main' is a branch"), and so did every retry."""
+    make_input(catalog, GOOD)
+    for tag in ("main", "audit-x"):
+        proc = run_factory("filter", "--input", "raw.web", "--output", "filtered.web", "--config", config_file,
+                           "--tag", tag, timeout=120)  # fmt: skip
+        assert proc.returncode == 2 and "is reserved" in proc.stderr and "Traceback" not in proc.stderr
+    assert not catalog.table_exists(("filtered", "web"))
+
+
+def test_a_tag_holding_the_runs_audit_branch_name_is_refused_before_the_spark_pass(catalog, config_file):
+    """A tag `audit-<run-id>` (made before tags were checked, or by another tool) failed the run only
+    after its Spark pass, staging files each time; now before Spark is needed, saying what to do."""
+    snapshot_id = make_input(catalog, GOOD)
+    output = ensure_table(catalog, ("filtered", "web"), DOCUMENT_SCHEMA)
+    output.append(pa.Table.from_pylist([], schema=arrow_schema(DOCUMENT_SCHEMA)))
+    output = catalog.load_table(("filtered", "web"))
+    output.manage_snapshots().create_tag(output.current_snapshot().snapshot_id, "audit-f-t").commit()
+    opts = FilterOptions("raw.web", "filtered.web", config_file, run_id="f-t")
+    with pytest.raises(
+        PublishRefusedError, match=r"has a tag 'audit-f-t'.*another --run-id.*remove_tag\('audit-f-t'\)"
+    ):
+        filter_documents(None, catalog, opts)
+    assert catalog.load_table(("raw", "web")).current_snapshot().snapshot_id == snapshot_id
+    assert not Path(output.location().removeprefix("file://"), "data", "runs").exists()
+
+
+def test_an_output_refused_for_its_columns_leaves_no_table_made(catalog, config_file):
+    make_input(catalog, GOOD)
+    ensure_table(catalog, ("raw", "other"), DOCUMENT_SCHEMA.select("doc_id"))  # a table with other columns
+    opts = FilterOptions("raw.web", "filtered.web", config_file, quarantine="raw.other")
+    with pytest.raises(InputError, match="exists with other columns"):
+        filter_documents(None, catalog, opts)
+    assert not catalog.table_exists(("filtered", "web"))
+
+
 def test_a_bad_config_fails_before_spark_starts(factory_home, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('filters = ["size"]\n[size]\nmin_bytes = -3\n')
