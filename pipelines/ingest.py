@@ -312,8 +312,7 @@ def _summarise_inputs(paths: Sequence[str], files: Sequence[InputFile]) -> Itera
     """Per input argument: its URI, how many files it gave and their bytes."""
     for given in paths:
         uri = given if "://" in given else Path(given).resolve().as_uri()
-        where = uri.split("?", 1)[0]  # a file's URI has no query (``ingest_inputs._expand``)
-        mine = [f for f in files if f.uri == where or f.uri.startswith(where.rstrip("/") + "/")]
+        mine = [f for f in files if f.source == uri]  # the input each file was listed from
         yield uri, len(mine), sum(f.size for f in mine)
 
 
