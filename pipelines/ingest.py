@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
@@ -34,6 +35,7 @@ from lakehouse.columns import DOCUMENT_COLUMNS, TARGET_COLUMN
 from lakehouse.commit import CommitResult, Run, existing_commits
 from lakehouse.errors import InputError
 from lakehouse.file_sizes import target_file_bytes
+from lakehouse.parquet import split_uri
 from lakehouse.refs import format_identifier, ingested_files_identifier, parse_identifier, quarantine_identifier
 from lakehouse.run_binding import RunOutput, check_run_commits, commit_run, run_snapshots
 from lakehouse.schemas import (
@@ -44,7 +46,15 @@ from lakehouse.schemas import (
     file_schema,
     require_columns,
 )
-from pipelines.ingest_inputs import InputFile, check_fields, discover, encode_group, plan_tasks, read_records
+from pipelines.ingest_inputs import (
+    UNREADABLE,
+    InputFile,
+    check_fields,
+    discover,
+    encode_group,
+    plan_tasks,
+    read_records,
+)
 from pipelines.ingest_ledger import INGESTED_FILES, ingested, split_new, stage_ledger
 from pipelines.ingest_records import PARSED_ARROW_SCHEMA, PARSED_SCHEMA, RecordConfig
 from pipelines.spark_session import read_snapshot
@@ -164,8 +174,10 @@ def ingest(spark: SparkSession, catalog: Catalog, opts: IngestOptions) -> Ingest
         log.info("nothing new: %d file(s) already ingested into %s (run %s)", len(skipped), output, run.run_id)
         kept, refused = StagedOutput([], Counter()), StagedOutput([], Counter())
     stats = _stats(new, kept, refused, skipped if opts.only_new_files else None)
+    unreadable = _unreadable(quarantine, refused)
+    read = [f for f in new if f.relpath not in unreadable]  # the rest stay new, to be read again
     outputs = [RunOutput(out_id, kept.files), RunOutput(q_id, refused.files)]
-    outputs.append(RunOutput(files_id, stage_ledger(ledger, run, new, output)))
+    outputs.append(RunOutput(files_id, stage_ledger(ledger, run, read, output)))
     doc_commit, q_commit, files_commit = commit_run(catalog, run, outputs, stats)
     return IngestResult(run.run_id, doc_commit, q_commit, stats, files=files_commit)
 
@@ -236,6 +248,19 @@ def _stage_records(
         },
     )
     return outputs["documents"], outputs["quarantine"]
+
+
+def _unreadable(quarantine: Table, refused: StagedOutput) -> set[str]:
+    """The relpaths of the files that could not be read, from the staged refusals; read only when
+    the counts show one."""
+    if not refused.counts.get(UNREADABLE):
+        return set()
+    found: set[str] = set()
+    for staged in refused.files:
+        fs, path = split_uri(staged.path, quarantine.io.properties)
+        rows = pq.read_table(path, filesystem=fs, columns=["reason", "path"], filters=[("reason", "==", UNREADABLE)])
+        found.update(rows.column("path").to_pylist())
+    return found
 
 
 def _stats(
