@@ -131,3 +131,15 @@ def run_factory(*args: str, env: dict[str, str] | None = None, timeout: int = 30
         text=True,
         timeout=timeout,
     )
+
+
+def start_factory(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """The ``factory`` command line started in a fresh process and left running (text pipes)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "factory_cli.main", *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
