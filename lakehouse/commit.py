@@ -8,6 +8,8 @@
    re-checking that ancestry each time, a bounded number of times. A run id is bound to the job,
    parameters and inputs it first committed with (``run_binding.find_run_commits``): a retry with the same
    ones finishes what is missing, table by table (``run_binding.commit_run``); with others it is refused.
+   What the run read of the table may be checked again at commit (``ReadCheck``), against only
+   the data files committed since it read it, and only when some were.
 5. A commit takes only files under its own attempt's staging prefix for that table.
 6. Files of attempts that never committed are removed by ``staging_gc.collect_garbage`` after a grace
    period, unless any table of the catalog references them or their run still holds its lease
@@ -23,12 +25,13 @@ import re
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from sqlalchemy.exc import OperationalError
@@ -124,6 +127,21 @@ class Run:
 
 
 @dataclass(frozen=True)
+class ReadCheck:
+    """What a run read of the table it commits to, checked again when it commits.
+
+    ``snapshot_id`` is the branch's head the run read (None: it read no snapshot, the table was
+    empty). A commit that finds the head still there checks nothing more (a run alone pays
+    nothing); one that finds it moved calls ``validate(table, added)`` with the data files the
+    snapshots since then added, on every attempt, a lost race included, and ``validate`` raises
+    (a ``FactoryError``) to refuse the commit before anything is committed.
+    """
+
+    snapshot_id: int | None
+    validate: Callable[[Table, list[str]], None]
+
+
+@dataclass(frozen=True)
 class CommitResult:
     table: str
     snapshot_id: int
@@ -180,12 +198,14 @@ def commit_files(
     *,
     branch: str = MAIN_BRANCH,
     max_attempts: int = 8,
+    read: ReadCheck | None = None,
 ) -> CommitResult:
     """Commit exactly ``files`` to ``branch`` in one snapshot, once per run id.
 
     Raises ``CommitError``, with nothing committed, when a file is not this run attempt's own
     (``_check_staged``), is already in the branch, when the attempt's lease was lost, or when
-    every attempt lost its race.
+    every attempt lost its race; and whatever ``read``'s check raises when what the branch gained
+    since the run read it conflicts with this commit.
     """
     name = format_identifier(identifier)
     properties = run.summary(stats)
@@ -203,6 +223,8 @@ def commit_files(
         maybe_fail("before-commit")
         lease.check(prefix)
         _refuse_files_in_branch(name, table, branch, [f.path for f in files])
+        if read is not None:
+            _check_read(table, branch, read)
         try:
             with table.transaction() as tx:
                 # The branch was checked above; pyiceberg's own check looks at main only.
@@ -263,6 +285,48 @@ def _refuse_files_in_branch(name: str, table: Table, branch: str, paths: Sequenc
             f"refusing to commit {twice[0]}: it is already in {name} (branch {branch}); committing it "
             "again would duplicate its rows. Nothing was committed."
         )
+
+
+def _check_read(table: Table, branch: str, read: ReadCheck) -> None:
+    ref = table.metadata.refs.get(branch)
+    head = None if ref is None else ref.snapshot_id
+    if head != read.snapshot_id:
+        read.validate(table, data_files_added(table, head, read.snapshot_id))
+
+
+def data_files_added(table: Table, head: int | None, base: int | None) -> list[str]:
+    """The data files the snapshots after ``base`` up to ``head`` added (those of ``head``'s whole
+    history when ``base`` is None). When ``base`` is not among ``head``'s ancestors (the branch was
+    rolled back, the snapshot expired), every data file ``head`` holds: what it added is unknown."""
+    if head is None:
+        return []
+    added: list[str] = []
+    for snapshot in ancestors_of(table.snapshot_by_id(head), table.metadata):
+        if snapshot.snapshot_id == base:
+            return added
+        added += _added_by(table, snapshot)
+    if base is None:
+        return added
+    return sorted(
+        {e.data_file.file_path for m in table.snapshot_by_id(head).manifests(table.io) for e in _live(table, m)}
+    )
+
+
+def _added_by(table: Table, snapshot: Snapshot) -> list[str]:
+    """The data files ``snapshot`` added: the ADDED entries of the manifests it wrote."""
+    return [
+        entry.data_file.file_path
+        for manifest in snapshot.manifests(table.io)
+        if manifest.added_snapshot_id == snapshot.snapshot_id
+        for entry in _live(table, manifest)
+        if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == snapshot.snapshot_id
+    ]
+
+
+def _live(table: Table, manifest: ManifestFile) -> list[ManifestEntry]:
+    if manifest.content != ManifestContent.DATA:
+        return []
+    return manifest.fetch_manifest_entry(table.io, discard_deleted=True)
 
 
 def existing_commits(

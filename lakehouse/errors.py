@@ -41,6 +41,11 @@ class CommitError(FactoryError):
     """A commit could not be made after its bounded retries; nothing was committed."""
 
 
+class ConcurrentCommitError(FactoryError):
+    """Another run committed, since this run read a table, something this run's commit would
+    contradict (the same documents); nothing of this run was committed."""
+
+
 class RunConflictError(FactoryError):
     """A run id already committed under other parameters, inputs or counts; nothing more was done."""
 

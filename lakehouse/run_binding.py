@@ -21,6 +21,7 @@ from lakehouse.commit import (
     MAIN_BRANCH,
     STATS_PREFIX,
     CommitResult,
+    ReadCheck,
     Run,
     StagedFile,
     commit_files,
@@ -82,6 +83,7 @@ class RunOutput:
     identifier: tuple[str, ...]
     files: Sequence[StagedFile]
     branch: str = MAIN_BRANCH
+    read: ReadCheck | None = None  # what the run read of the table, checked again at commit
 
 
 def commit_run(
@@ -99,7 +101,9 @@ def commit_run(
         for n, output in enumerate(outputs):
             if n:
                 maybe_fail("between-commits")
-            result = commit_files(catalog, output.identifier, output.files, run, stats, branch=output.branch)
+            result = commit_files(
+                catalog, output.identifier, output.files, run, stats, branch=output.branch, read=output.read
+            )
             if result.already_committed:
                 snapshot = load_table(catalog, output.identifier).snapshot_by_id(result.snapshot_id)
                 place = _place(output.identifier, output.branch)

@@ -17,11 +17,13 @@ import logging
 import math
 import sys
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
@@ -31,9 +33,10 @@ from pyspark.sql import functions as F
 
 from lakehouse.catalog import ensure_table
 from lakehouse.columns import DOCUMENT_COLUMNS, TARGET_COLUMN
-from lakehouse.commit import CommitResult, Run, existing_commits
-from lakehouse.errors import InputError
+from lakehouse.commit import CommitResult, ReadCheck, Run, StagedFile, existing_commits
+from lakehouse.errors import ConcurrentCommitError, InputError
 from lakehouse.file_sizes import target_file_bytes
+from lakehouse.parquet import split_uri
 from lakehouse.refs import format_identifier, ingested_files_identifier, parse_identifier, quarantine_identifier
 from lakehouse.run_binding import RunOutput, check_run_commits, commit_run, run_snapshots
 from lakehouse.schemas import (
@@ -44,8 +47,23 @@ from lakehouse.schemas import (
     file_schema,
     require_columns,
 )
-from pipelines.ingest_inputs import InputFile, check_fields, discover, encode_group, plan_tasks, read_records
-from pipelines.ingest_ledger import INGESTED_FILES, ingested, split_new, stage_ledger
+from pipelines.ingest_inputs import (
+    UNREADABLE,
+    InputFile,
+    check_fields,
+    discover,
+    encode_group,
+    plan_tasks,
+    read_records,
+)
+from pipelines.ingest_ledger import (
+    INGESTED_FILES,
+    ListedMeanwhile,
+    files_listed_meanwhile,
+    ingested,
+    split_new,
+    stage_ledger,
+)
 from pipelines.ingest_records import PARSED_ARROW_SCHEMA, PARSED_SCHEMA, RecordConfig
 from pipelines.spark_session import read_snapshot
 from pipelines.staging import StagedOutput, Target, write_staged
@@ -132,6 +150,7 @@ def ingest(spark: SparkSession, catalog: Catalog, opts: IngestOptions) -> Ingest
     files = discover(opts.inputs, opts.fmt, opts.include, opts.exclude)
     run_id = opts.run_id or Run.new_id("ingest")
     done = run_snapshots(catalog, [out_id, q_id, files_id], run_id)
+    ledger_head = _head(catalog, files_id)  # a file another run records after this is not listed twice
     existing_ids = _recorded_snapshot(catalog, out_id, done, EXISTING_IDS)
     listed = _recorded_snapshot(catalog, files_id, done, INGESTED_FILES) if opts.only_new_files else None
     run = Run(
@@ -164,10 +183,87 @@ def ingest(spark: SparkSession, catalog: Catalog, opts: IngestOptions) -> Ingest
         log.info("nothing new: %d file(s) already ingested into %s (run %s)", len(skipped), output, run.run_id)
         kept, refused = StagedOutput([], Counter()), StagedOutput([], Counter())
     stats = _stats(new, kept, refused, skipped if opts.only_new_files else None)
-    outputs = [RunOutput(out_id, kept.files), RunOutput(q_id, refused.files)]
-    outputs.append(RunOutput(files_id, stage_ledger(ledger, run, new, output)))
-    doc_commit, q_commit, files_commit = commit_run(catalog, run, outputs, stats)
+    unreadable = _unreadable(quarantine, refused)
+    read = [f for f in new if f.relpath not in unreadable]  # the rest stay new, to be read again
+    ids_check = ReadCheck(existing_ids, _refuse_ids_committed_meanwhile(run, kept.files, existing_ids, output))
+    outputs = [RunOutput(out_id, kept.files, read=ids_check), RunOutput(q_id, refused.files)]
+    doc_commit, q_commit, files_commit = _commit(
+        catalog, run, outputs, stats, (ledger, files_id), (read, output, ledger_head)
+    )
     return IngestResult(run.run_id, doc_commit, q_commit, stats, files=files_commit)
+
+
+def _commit(
+    catalog: Catalog,
+    run: Run,
+    outputs: list[RunOutput],
+    stats: Mapping[str, int],
+    ledger: tuple[Table, tuple[str, ...]],
+    read: tuple[Sequence[InputFile], str, int | None],
+) -> list[CommitResult]:
+    """Commit ``outputs`` (documents, refusals), then the ledger's rows for the files read into an
+    output, given as ``(files, output, the ledger's head when the run started)``, to ``ledger``
+    (the table and its identifier).
+
+    A file that another run recorded for the output since that head (two runs read it at once) is
+    left out of this run's rows and the ledger committed again: its documents are in the output
+    once, whichever run's commit of them came first (the other's was refused), and it is listed
+    once."""
+    (table, identifier), (files, output, head) = ledger, read
+    while True:  # ends: each time round leaves out at least one file
+        check = ReadCheck(head, files_listed_meanwhile(files, output))
+        ledger_output = RunOutput(identifier, stage_ledger(table, run, files, output), read=check)
+        try:
+            return commit_run(catalog, run, [*outputs, ledger_output], stats)
+        except ListedMeanwhile as meanwhile:
+            log.info(
+                "ledger: %d file(s) were recorded by another run meanwhile; not listed twice", len(meanwhile.files)
+            )
+            files = [f for f in files if (f.relpath, f.size) not in meanwhile.files]
+            head = meanwhile.head
+
+
+def _refuse_ids_committed_meanwhile(
+    run: Run, staged: Sequence[StagedFile], base: int | None, name: str
+) -> Callable[[Table, list[str]], None]:
+    """The documents' ``ReadCheck``: no document this run keeps may be in a data file committed
+    since ``base``, the snapshot whose ids it refused as duplicate-id (else one id twice)."""
+
+    def validate(table: Table, added: list[str]) -> None:
+        if not staged or not added:
+            return
+        theirs = pc.unique(_doc_ids(table, added))
+        same = sum(pc.sum(pc.is_in(_doc_ids(table, [f.path]), value_set=theirs)).as_py() or 0 for f in staged)
+        if same:
+            read = base or "none: it was empty"
+            raise ConcurrentCommitError(
+                f"{name}: another run committed {same} of the documents of run {run.run_id} (the same doc_ids) "
+                f"since this run read the table's ids (snapshot {read}). Nothing of run {run.run_id} was "
+                f"committed. Run the same command again (with --run-id {run.run_id}): it reads the ids "
+                "afresh and quarantines those documents as duplicate-id (with --only-new-files it skips "
+                "the files the other run recorded)."
+            )
+
+    return validate
+
+
+def _doc_ids(table: Table, paths: Sequence[str]) -> pa.Array:
+    """The ``doc_id`` column of the data files ``paths`` of ``table``."""
+    columns = []
+    for uri in paths:
+        fs, path = split_uri(uri, table.io.properties)
+        column = pq.read_table(path, filesystem=fs, columns=["doc_id"]).column("doc_id")
+        columns += column.cast(pa.string()).chunks  # a writer may have stored it as large_string
+    return pa.chunked_array(columns, pa.string()).combine_chunks()
+
+
+def _head(catalog: Catalog, identifier: tuple[str, ...]) -> int | None:
+    """Main's head snapshot of the table; None when it has none or does not exist."""
+    try:
+        head = catalog.load_table(identifier).current_snapshot()
+    except NoSuchTableError:
+        return None
+    return head.snapshot_id if head is not None else None
 
 
 def _tables(opts: IngestOptions) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
@@ -189,11 +285,7 @@ def _recorded_snapshot(
     if recorded:
         value = recorded[0].summary.get(key)
         return int(value) if value else None
-    try:
-        head = catalog.load_table(identifier).current_snapshot()
-    except NoSuchTableError:
-        return None
-    return head.snapshot_id if head is not None else None
+    return _head(catalog, identifier)
 
 
 def _read_snapshots(snapshots: Mapping[str, int | None]) -> dict[str, str]:
@@ -236,6 +328,19 @@ def _stage_records(
         },
     )
     return outputs["documents"], outputs["quarantine"]
+
+
+def _unreadable(quarantine: Table, refused: StagedOutput) -> set[str]:
+    """The relpaths of the files that could not be read, from the staged refusals; read only when
+    the counts show one."""
+    if not refused.counts.get(UNREADABLE):
+        return set()
+    found: set[str] = set()
+    for staged in refused.files:
+        fs, path = split_uri(staged.path, quarantine.io.properties)
+        rows = pq.read_table(path, filesystem=fs, columns=["reason", "path"], filters=[("reason", "==", UNREADABLE)])
+        found.update(rows.column("path").to_pylist())
+    return found
 
 
 def _stats(
@@ -312,8 +417,7 @@ def _summarise_inputs(paths: Sequence[str], files: Sequence[InputFile]) -> Itera
     """Per input argument: its URI, how many files it gave and their bytes."""
     for given in paths:
         uri = given if "://" in given else Path(given).resolve().as_uri()
-        where = uri.split("?", 1)[0]  # a file's URI has no query (``ingest_inputs._expand``)
-        mine = [f for f in files if f.uri == where or f.uri.startswith(where.rstrip("/") + "/")]
+        mine = [f for f in files if f.source == uri]  # the input each file was listed from
         yield uri, len(mine), sum(f.size for f in mine)
 
 

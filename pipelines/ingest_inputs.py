@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import orjson
 import pyarrow as pa
@@ -39,11 +40,24 @@ CHECK_THREADS = 8
 
 @dataclass(frozen=True)
 class InputFile:
-    """One file to ingest: where it is, its id-stable relative path, its size."""
+    """One file to ingest: where it is, its id-stable relative path, its size.
+
+    ``uri`` is what is shown and recorded (no credential, no query); ``source``, the input as
+    given, is what the file is opened by: its userinfo and query (``?endpoint_override=…``,
+    ``access_key=…``) configure the filesystem, and a file re-opened by ``uri`` alone would be
+    read without them. ``path`` is the file's path inside that filesystem."""
 
     uri: str
     relpath: str
     size: int
+    source: str = ""  # empty: ``uri`` itself (a file made by hand, as in tests)
+    path: str = ""
+
+    def filesystem(self) -> tuple[pafs.FileSystem, str]:
+        """The filesystem the file was listed with, and its path there."""
+        if not self.source:
+            return pafs.FileSystem.from_uri(self.uri)
+        return pafs.FileSystem.from_uri(self.source)[0], self.path
 
 
 def discover(
@@ -77,7 +91,6 @@ def discover(
 
 def _expand(given: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> Iterator[InputFile]:
     uri = given if "://" in given else Path(given).resolve().as_uri()
-    scheme = uri.split("://", 1)[0]
     try:
         fs, root = pafs.FileSystem.from_uri(uri)
     except (pa.ArrowInvalid, ValueError) as exc:  # an unknown scheme, a malformed URI
@@ -89,7 +102,7 @@ def _expand(given: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> I
     if info.type == pafs.FileType.NotFound:
         raise InputError(f"input {redact(given)} does not exist")
     if info.type == pafs.FileType.File:
-        yield InputFile(f"{scheme}://{root}", posixpath.basename(root), info.size)
+        yield InputFile(_shown_uri(uri, root), posixpath.basename(root), info.size, uri, root)
         return
     base = posixpath.dirname(root.rstrip("/"))
     for entry in fs.get_file_info(pafs.FileSelector(root, recursive=True)):
@@ -101,7 +114,17 @@ def _expand(given: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> I
             continue
         if not _matches(inner, include) or _matches(inner, exclude):
             continue
-        yield InputFile(f"{scheme}://{entry.path}", relpath, entry.size)
+        yield InputFile(_shown_uri(uri, entry.path), relpath, entry.size, uri, entry.path)
+
+
+def _shown_uri(given: str, path: str) -> str:
+    """The URI of ``path`` (a path in the filesystem of ``given``) as shown and recorded: the
+    scheme and host of ``given`` without its userinfo or query. An object store's path starts
+    with its bucket; an absolute path (``file://``, ``hdfs://host:port/``) keeps the host."""
+    parts = urlsplit(given)
+    if not path.startswith("/"):
+        return f"{parts.scheme}://{path}"
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{path}"
 
 
 def _matches(relpath: str, patterns: tuple[str, ...]) -> bool:
@@ -165,7 +188,7 @@ Fields = dict[str, tuple[set[str], str]]
 
 
 def _parquet_fields(f: InputFile) -> Fields:
-    fs, path = pafs.FileSystem.from_uri(f.uri)
+    fs, path = f.filesystem()
     with fs.open_input_file(path) as handle:
         schema = pq.read_schema(handle)
     return {field.name: ({_arrow_kind(field.type)}, str(field.type)) for field in schema}
@@ -187,7 +210,7 @@ def _jsonl_fields(f: InputFile) -> Fields | None:
     seen: dict[str, set[str]] = {}
     names: dict[str, set[str]] = {}
     records, budget = 0, SAMPLE_BYTES
-    fs, path = pafs.FileSystem.from_uri(f.uri)
+    fs, path = f.filesystem()
     with fs.open_input_stream(path, compression="detect") as stream:
         lines = io.BufferedReader(stream, buffer_size=1 << 20)
         while records < SAMPLE_RECORDS and budget > 0:
@@ -236,19 +259,30 @@ def encode_group(group: Sequence[InputFile]) -> list[dict]:
     return [asdict(f) for f in group]
 
 
+# The reason of a file that could not be read (whole); the ledger leaves such a file out.
+UNREADABLE = "unreadable"
+
+
 def read_records(files: Sequence[dict], fmt: str, cfg: RecordConfig) -> Iterator[dict]:
     """Rows (documents and refusals) of each file in turn. A file that cannot be read is one
-    refused row ``unreadable``, after whatever rows it gave before failing."""
+    refused row ``unreadable`` (its ``path`` the file's relpath), after whatever rows it gave
+    before failing."""
     for spec in files:
         f = InputFile(**spec)
         try:
             yield from _read_file(f, fmt, cfg)
         except (OSError, ValueError, EOFError) as exc:  # corrupt archive, vanished file, bad Parquet
-            yield refused(cfg, f.relpath, f.relpath, f.relpath, -1, "unreadable", f"{type(exc).__name__}: {exc}", None)
+            # The error may be passing (a store's hiccup, keys fixed later): the file is not
+            # recorded as ingested, so --only-new-files tries it again, and the row says so.
+            detail = (
+                f"{type(exc).__name__}: {redact(str(exc))}; not recorded as ingested: "
+                "the next run with --only-new-files reads the file again"
+            )
+            yield refused(cfg, f.relpath, f.relpath, f.relpath, -1, UNREADABLE, detail, None)
 
 
 def _read_file(f: InputFile, fmt: str, cfg: RecordConfig) -> Iterator[dict]:
-    fs, path = pafs.FileSystem.from_uri(f.uri)
+    fs, path = f.filesystem()
     if fmt == "jsonl":
         with fs.open_input_stream(path, compression="detect") as stream:
             yield from jsonl_records(io.BufferedReader(stream, buffer_size=1 << 20), f.relpath, cfg)

@@ -8,13 +8,15 @@ read again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import EqualTo
 from pyiceberg.table import Table
 
 from lakehouse.commit import Run, StagedFile
+from lakehouse.parquet import split_uri
 from lakehouse.redact import redact
 from lakehouse.rows import stage_rows
 from lakehouse.schemas import INGESTED_FILES_SCHEMA
@@ -40,6 +42,33 @@ def split_new(files: Sequence[InputFile], seen: set[tuple[str, int]]) -> tuple[l
     """``files`` as (to read, to skip): a file is skipped when its relpath and size were seen."""
     new = [f for f in files if (f.relpath, f.size) not in seen]
     return new, [f for f in files if (f.relpath, f.size) in seen]
+
+
+class ListedMeanwhile(Exception):
+    """The ledger's commit met rows that another run committed, since this run read the ledger,
+    for files this run read too (``files``: their relpath and size; ``head``: the ledger's head
+    that showed them). Not a ``FactoryError``: the ingest leaves those files out and commits again."""
+
+    def __init__(self, files: set[tuple[str, int]], head: int | None) -> None:
+        super().__init__(f"{len(files)} file(s) recorded by another run meanwhile")
+        self.files, self.head = files, head
+
+
+def files_listed_meanwhile(files: Sequence[InputFile], output: str) -> Callable[[Table, list[str]], None]:
+    """The ledger's ``ReadCheck``: raise ``ListedMeanwhile`` for the ``files`` that the ledger's
+    data files committed since the run read it list for ``output``."""
+    mine = {(f.relpath, f.size) for f in files}
+
+    def validate(table: Table, added: list[str]) -> None:
+        listed: set[tuple[str, int]] = set()
+        for uri in added if mine else ():
+            fs, path = split_uri(uri, table.io.properties)
+            rows = pq.read_table(path, filesystem=fs, columns=["relpath", "size"], filters=[("output", "==", output)])
+            listed.update(zip(rows.column("relpath").to_pylist(), rows.column("size").to_pylist(), strict=True))
+        if listed & mine:
+            raise ListedMeanwhile(listed & mine, table.current_snapshot().snapshot_id)
+
+    return validate
 
 
 def stage_ledger(table: Table, run: Run, files: Sequence[InputFile], output: str) -> list[StagedFile]:

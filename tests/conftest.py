@@ -107,6 +107,20 @@ def postgres():
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def moto():
+    """moto's S3-API server (``tests/s3.py``) for the tests of a module; skipped where it cannot start."""
+    from tests.s3 import MotoServer
+
+    server = MotoServer()
+    try:
+        server.start()
+    except OSError as exc:
+        pytest.skip(f"moto's server could not be started here: {exc}")
+    yield server
+    server.stop()
+
+
 def run_factory(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
     """Run the ``factory`` command line in a fresh process, as a user would."""
     return subprocess.run(
@@ -116,4 +130,16 @@ def run_factory(*args: str, env: dict[str, str] | None = None, timeout: int = 30
         capture_output=True,
         text=True,
         timeout=timeout,
+    )
+
+
+def start_factory(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """The ``factory`` command line started in a fresh process and left running (text pipes)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "factory_cli.main", *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,22 +18,11 @@ from lakehouse.parquet import split_uri
 from tests.conftest import REPO, run_factory
 from tests.pipelines.chain import TABLES, run_chain
 from tests.pipelines.test_other_engines import assert_daft_reads_as_pyiceberg
-from tests.s3 import ACCESS_KEY, SECRET_KEY, MotoServer
+from tests.s3 import ACCESS_KEY, SECRET_KEY
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 SECRETS = (ACCESS_KEY, SECRET_KEY)
-
-
-@pytest.fixture(scope="module")
-def moto() -> Iterator[MotoServer]:
-    server = MotoServer()
-    try:
-        server.start()
-    except OSError as exc:
-        pytest.skip(f"moto's server could not be started here: {exc}")
-    yield server
-    server.stop()
 
 
 def configure(monkeypatch: pytest.MonkeyPatch, name: str, properties: dict[str, str]) -> None:

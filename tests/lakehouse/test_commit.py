@@ -13,8 +13,8 @@ import pytest
 from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
 
 from lakehouse.catalog import ensure_table
-from lakehouse.commit import Run, StagedFile, commit_files, find_run_snapshot, snapshot_stats
-from lakehouse.errors import InvalidIdentifierError, RunConflictError
+from lakehouse.commit import ReadCheck, Run, StagedFile, commit_files, find_run_snapshot, snapshot_stats
+from lakehouse.errors import ConcurrentCommitError, InvalidIdentifierError, RunConflictError
 from lakehouse.run_binding import RunOutput, commit_run, find_run_commits
 from lakehouse.schemas import DOCUMENT_SCHEMA, arrow_schema
 
@@ -137,6 +137,33 @@ def test_a_retry_commits_only_what_is_missing(catalog):
     with pytest.raises(RunConflictError, match=r"stats\.kept: committed with 1, now 2"):
         commit_run(catalog, retry, outputs, {"kept": 2})
     assert find_run_snapshot(catalog.load_table(OTHER), "run-2") is None
+
+
+def test_a_read_check_sees_only_what_landed_since_the_run_read_the_table(catalog):
+    table = ensure_table(catalog, TABLE, DOCUMENT_SCHEMA)
+    run = new_run("first")
+    first = commit_files(catalog, TABLE, [stage(table, run, ["a"])], run, {})
+    seen: list[list[str]] = []
+
+    def validate(table, added: list[str]) -> None:
+        seen.append(sorted(Path(p).name for p in added))
+
+    # The head is the one the run read: nothing is checked, nothing read.
+    alone = new_run("alone")
+    commit_files(catalog, TABLE, [stage(table, alone, ["b"])], alone, {}, read=ReadCheck(first.snapshot_id, validate))
+    assert seen == []
+    # Moved since: exactly the files of the snapshots after the one read (every one after none).
+    late = new_run("late")
+    commit_files(catalog, TABLE, [stage(table, late, ["c"])], late, {}, read=ReadCheck(first.snapshot_id, validate))
+    assert seen == [["part-b.parquet"]]
+    refused = new_run("refused")
+
+    def refuse(table, added: list[str]) -> None:
+        raise ConcurrentCommitError(f"{len(added)} files landed meanwhile")
+
+    with pytest.raises(ConcurrentCommitError, match="3 files landed meanwhile"):
+        commit_files(catalog, TABLE, [stage(table, refused, ["d"])], refused, {}, read=ReadCheck(None, refuse))
+    assert find_run_snapshot(catalog.load_table(TABLE), "refused") is None
 
 
 @pytest.mark.parametrize("run_id", ["", "../x", "a/b", "x" * 200, "-lead"])

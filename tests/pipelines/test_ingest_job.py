@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -284,3 +285,41 @@ def test_the_documents_table_is_cut_into_row_groups_of_its_property(spark, catal
         groups += [meta.row_group(g) for g in range(meta.num_row_groups)]
     assert sum(g.num_rows for g in groups) == 600 and len(groups) >= 6
     assert max(g.total_byte_size for g in groups) < 1.2 * (1 << 20)
+
+
+def test_an_object_store_input_is_read_with_the_endpoint_and_keys_its_uri_gives(
+    spark, catalog, moto, monkeypatch, tmp_path
+):
+    """The listing used the URI's keys (its userinfo) and query (the endpoint); each file's read
+    re-opened it without them, so every file was one `unreadable` record. The ids and the ledger are those of the
+    same files ingested from a local folder, and no key is recorded."""
+    from tests.s3 import ACCESS_KEY, SECRET_KEY
+
+    for variable in [v for v in os.environ if v.startswith("AWS_")]:
+        monkeypatch.delenv(variable)  # only the URI can say where the store is and what its keys are
+    local = tmp_path / "crawl"
+    (local / "sub").mkdir(parents=True)
+    write_jsonl(local / "a.jsonl", [{"text": "alpha"}, {"text": "beta"}])
+    write_jsonl(local / "sub" / "b.jsonl.gz", [{"text": "gamma"}], gzip.compress)
+    bucket = moto.bucket()
+    for path in (local / "a.jsonl", local / "sub" / "b.jsonl.gz"):
+        key = path.relative_to(tmp_path).as_posix()
+        moto.client().put_object(Bucket=bucket, Key=key, Body=path.read_bytes())
+    given = f"s3://{ACCESS_KEY}:{SECRET_KEY}@{bucket}/crawl/?endpoint_override=127.0.0.1:{moto.port}&scheme=http"
+
+    remote = ingest(spark, catalog, options([given], "jsonl", output="raw.remote"))
+    ingest(spark, catalog, options([local], "jsonl", output="raw.local"))
+
+    assert remote.stats["kept"] == 3 and remote.stats["quarantined"] == 0, rows(catalog, "raw.quarantine")
+    assert [(d["doc_id"], d["path"]) for d in rows(catalog, "raw.remote")] == [
+        (d["doc_id"], d["path"]) for d in rows(catalog, "raw.local")
+    ]
+    listed = catalog.load_table(("raw", "ingested_files")).scan().to_arrow().to_pylist()
+    assert sorted((r["relpath"], r["uri"]) for r in listed if r["output"] == "raw.remote") == [
+        ("crawl/a.jsonl", f"s3://{bucket}/crawl/a.jsonl"),
+        ("crawl/sub/b.jsonl.gz", f"s3://{bucket}/crawl/sub/b.jsonl.gz"),
+    ]
+    summary = catalog.load_table(("raw", "remote")).current_snapshot().summary
+    assert [i["files"] for i in json.loads(summary["factory.inputs"])] == [2]
+    recorded = json.dumps(listed, default=str) + summary["factory.inputs"]
+    assert SECRET_KEY not in recorded and ACCESS_KEY not in recorded

@@ -4,6 +4,7 @@ a real SQLite Iceberg catalog."""
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 from pathlib import Path
 
@@ -71,6 +72,27 @@ def test_only_new_files_reads_the_files_the_ledger_does_not_list_and_a_file_whos
     assert third.stats["files"] == 1 and third.stats["files-skipped"] == 2
     assert third.stats["kept"] == 1 and third.stats["quarantined.duplicate-id"] == 2  # its old records
     assert [r[1] for r in ledger(catalog) if r[3] == "third"] == ["web/a.jsonl"]
+
+
+def test_a_file_that_could_not_be_read_is_not_recorded_so_the_next_run_reads_it_again(spark, catalog, tmp_path):
+    """An `unreadable` file was recorded in the ledger like any other: --only-new-files (so
+    `factory run`) skipped it for good, its records lost, even once the file was fixed."""
+    folder = corpus(tmp_path / "web", "a")
+    (folder / "z.jsonl.gz").write_bytes(b"\x1f\x8b\x08\x00" + b"corrupt" * 50)  # a gzip header, then garbage
+
+    first = ingest(spark, catalog, only_new(folder, "first"))
+
+    assert first.stats["kept"] == 2 and first.stats["quarantined.unreadable"] == 1
+    assert [r[1] for r in ledger(catalog)] == ["web/a.jsonl"]
+    (refused,) = rows(catalog, "raw.quarantine")
+    assert refused["path"] == "web/z.jsonl.gz" and "not recorded as ingested" in refused["detail"]
+
+    write_jsonl(folder / "z.jsonl.gz", [{"id": f"z{i}", "text": f"z text {i}"} for i in (1, 2)], gzip.compress)
+    second = ingest(spark, catalog, only_new(folder, "second"))
+
+    assert second.stats["files"] == 1 and second.stats["files-skipped"] == 1 and second.stats["kept"] == 2
+    assert sorted(d["text"] for d in rows(catalog, "raw.docs")) == ["a text 1", "a text 2", "z text 1", "z text 2"]
+    assert [r[1] for r in ledger(catalog) if r[3] == "second"] == ["web/z.jsonl.gz"]
 
 
 def test_without_the_flag_every_file_is_read_again_as_before(spark, catalog, tmp_path):
