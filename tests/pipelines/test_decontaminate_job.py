@@ -109,7 +109,7 @@ def test_a_quarantine_refused_for_its_columns_leaves_no_output_table_made(catalo
     make_corpus(catalog, real_files(2))
     ensure_table(catalog, ("raw", "ingested_files"), INGESTED_FILES_SCHEMA)
     opts = DecontaminateOptions("raw.code", ("humaneval",), "clean.code", quarantine="raw.ingested_files")
-    with pytest.raises(InputError, match=r"raw\.ingested_files exists with other columns"):
+    with pytest.raises(InputError, match=r"raw\.ingested_files exists with (required|other) column"):
         decontaminate(None, catalog, opts)
     assert not catalog.table_exists(("clean", "code"))
 
