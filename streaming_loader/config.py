@@ -13,6 +13,9 @@ PACKINGS = ("concat", "pad")
 # this: enough to resume on up to this many data-parallel ranks, few enough that one rank's
 # readers (shards x components sub-streams) stay light. Set num_shards for larger worlds.
 DEFAULT_MAX_SHARDS = 16
+# Far above any model's context; a window of seq_len + 1 tokens is gathered whole before the first
+# batch, so an absurd value (1e12) filled memory instead of failing here.
+MAX_SEQ_LEN = 1 << 22
 
 
 def default_shards(global_batch_size: int) -> int:
@@ -77,7 +80,11 @@ class LoaderConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise LoaderConfigError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.dp_rank, int) or not 0 <= self.dp_rank < self.dp_world:
+        if self.seq_len > MAX_SEQ_LEN:
+            raise LoaderConfigError(f"seq_len must be at most {MAX_SEQ_LEN:,} tokens, got {self.seq_len:,}")
+        if self.max_document_bytes < 4:  # a piece must hold the widest UTF-8 character, or no cut advances
+            raise LoaderConfigError(f"max_document_bytes must be at least 4, got {self.max_document_bytes}")
+        if isinstance(self.dp_rank, bool) or not isinstance(self.dp_rank, int) or not 0 <= self.dp_rank < self.dp_world:
             raise LoaderConfigError(f"dp_rank must be in [0, {self.dp_world}), got {self.dp_rank!r}")
         if self.backend not in BACKENDS:
             raise LoaderConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
@@ -85,6 +92,15 @@ class LoaderConfig:
             raise LoaderConfigError(f"packing must be one of {', '.join(PACKINGS)}, got {self.packing!r}")
         if self.split not in SPLITS:
             raise LoaderConfigError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
+        if self.eod_token is not None and (not isinstance(self.eod_token, str) or not self.eod_token):
+            raise LoaderConfigError(
+                f"eod_token must be a token of the tokenizer, or None for its own; got {self.eod_token!r}"
+            )
+        interval = self.log_interval_s
+        if isinstance(interval, bool) or not isinstance(interval, int | float) or not 0 <= interval < float("inf"):
+            raise LoaderConfigError(
+                f"log_interval_s must be a number of seconds ≥ 0 (0: no log lines), got {interval!r}"
+            )
         for name in ("read_cache_bytes", "local_prefetch"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -98,7 +98,9 @@ class StreamingLoader:
         self._deficits = self.schedule.initial_deficits()
         self._streams: dict[tuple[int, int], SubStream] = {}
         self._cursors = {s: {n: Cursor() for n in self.components} for s in config.rank_shards}
-        self.metrics = LoaderMetrics(self.components, [w / sum(weights) for w in weights], config.log_interval_s)
+        self.metrics = LoaderMetrics(
+            self.components, [w / sum(weights) for w in weights], config.log_interval_s, publish=config.split == "train"
+        )
         log.info(
             "loader: %s (%s), %d component(s), seq_len %d, global batch %d, rank %d/%d serves logical shards "
             "%d-%d of %d, backend %s",

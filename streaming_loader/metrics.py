@@ -34,8 +34,11 @@ DELIVERED = Gauge("factory_loader_delivered_share", "Delivered share of tokens p
 class LoaderMetrics:
     """Counts one loader's deliveries and logs a summary every ``interval_s`` seconds."""
 
-    def __init__(self, names: Sequence[str], weights: Sequence[float], interval_s: float) -> None:
+    def __init__(self, names: Sequence[str], weights: Sequence[float], interval_s: float, publish: bool = True) -> None:
         self.names = list(names)
+        # The process's factory_loader_* series describe its training stream: a held-out loader
+        # built for each evaluation (trainer/data.py) counted its batches as training data.
+        self.publish = publish
         self.weights = list(weights)
         self.interval_s = interval_s
         self.tokens = [0] * len(names)
@@ -46,7 +49,8 @@ class LoaderMetrics:
         self._started = self._logged_at = time.monotonic()
         self._logged = (0, 0, 0.0)
         for name, weight in zip(self.names, self.weights, strict=True):
-            TARGET.labels(name).set(weight)
+            if publish:
+                TARGET.labels(name).set(weight)
 
     def record(
         self, components: Sequence[int], real_tokens: Sequence[int], wait_s: float, next_s: float, buffered: int
@@ -54,22 +58,27 @@ class LoaderMetrics:
         for c, n in zip(components, real_tokens, strict=True):
             self.tokens[c] += n
             self.sequences[c] += 1
-            TOKENS.labels(self.names[c]).inc(n)
-            SEQUENCES.labels(self.names[c]).inc()
         self.batches += 1
         self.wait_s += wait_s
-        BATCHES.inc()
-        WAIT.inc(wait_s)
-        NEXT.inc(next_s)
         self.buffered = buffered
-        BUFFERED.set(buffered)
-        total = sum(self.tokens) or 1
-        for name, n in zip(self.names, self.tokens, strict=True):
-            DELIVERED.labels(name).set(n / total)
+        if self.publish:
+            self._publish(components, real_tokens, wait_s, next_s)
         now = time.monotonic()
         if self.interval_s and now - self._logged_at >= self.interval_s:
             log.info(self.summary(now))
             self._logged_at, self._logged = now, (sum(self.tokens), self.batches, self.wait_s)
+
+    def _publish(self, components: Sequence[int], real_tokens: Sequence[int], wait_s: float, next_s: float) -> None:
+        for c, n in zip(components, real_tokens, strict=True):
+            TOKENS.labels(self.names[c]).inc(n)
+            SEQUENCES.labels(self.names[c]).inc()
+        BATCHES.inc()
+        WAIT.inc(wait_s)
+        NEXT.inc(next_s)
+        BUFFERED.set(self.buffered)
+        total = sum(self.tokens) or 1
+        for name, n in zip(self.names, self.tokens, strict=True):
+            DELIVERED.labels(name).set(n / total)
 
     def summary(self, now: float | None = None) -> str:
         """Rates since the last line, the share of time spent waiting, and shares vs targets."""

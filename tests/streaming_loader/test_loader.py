@@ -197,6 +197,18 @@ def test_bad_settings_fail_before_anything_starts(mixture):
         loader(mixture, dp_rank=2, dp_world=2)
     with pytest.raises(LoaderConfigError, match="backend must be one of"):
         loader(mixture, backend="spark")
+    # Each of these was accepted, then hung in next() with memory growing (seq_len), failed there
+    # with a bare TypeError (log_interval_s), or silently meant something else.
+    for settings, says in [
+        ({"seq_len": 10**12}, "seq_len must be at most"),
+        ({"log_interval_s": "x"}, "log_interval_s must be a number"),
+        ({"log_interval_s": -1}, "log_interval_s must be a number"),
+        ({"log_interval_s": float("nan")}, "log_interval_s must be a number"),
+        ({"dp_rank": True, "dp_world": 2}, "dp_rank must be in"),
+        ({"eod_token": ""}, "eod_token must be a token"),
+    ]:
+        with pytest.raises(LoaderConfigError, match=says):
+            loader(mixture, **settings)
     with (
         loader(mixture) as source,
         loader(mixture, seq_len=32) as other,
@@ -241,6 +253,15 @@ def test_metrics_count_tokens_per_component(mixture):
     assert REGISTRY.get_sample_value("factory_loader_target_share", {"component": "text"}) == pytest.approx(0.6)
     assert "tokens/s" in summary and "text" in summary and stats["wait_s"] > 0
     assert np.isclose(sum(stats["token_share"].values()), 1)
+
+    # A held-out loader (the trainer builds one per evaluation) is not the training stream: its
+    # batches were counted in the process's factory_loader_* series (its targets replaced theirs).
+    counted = REGISTRY.get_sample_value("factory_loader_batches_total")
+    with loader(mixture, split="heldout", num_shards=1, global_batch_size=2) as held:
+        take(held, 3)
+        assert held.metrics.as_dict()["batches"] == 3
+    assert REGISTRY.get_sample_value("factory_loader_batches_total") == counted
+    assert REGISTRY.get_sample_value("factory_loader_target_share", {"component": "text"}) == pytest.approx(0.6)
 
 
 def test_merge_states_refuses_states_of_different_steps(mixture):

@@ -58,3 +58,6 @@ def test_the_stream_with_split_documents_is_deterministic_and_loses_no_text(mixt
 def test_a_bad_bound_is_refused_naming_the_setting(mixture):
     with pytest.raises(LoaderConfigError, match="max_document_bytes"):
         loader(mixture, max_document_bytes=0)
+    # Below the widest UTF-8 character a cut could not advance past one: next() never returned.
+    with pytest.raises(LoaderConfigError, match="max_document_bytes must be at least 4"):
+        loader(mixture, max_document_bytes=3)
