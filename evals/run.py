@@ -15,7 +15,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import torch
 from pyiceberg.catalog import Catalog
@@ -55,11 +55,24 @@ def eval_run(checkpoint: Path, suite: str, options: SuiteOptions, run_id: str | 
         for c in lineage.get("components", [])
     ]
     if run_id is None:
-        key = json.dumps({"checkpoint": identity, "params": params}, sort_keys=True)
+        where = {"path": str(checkpoint)} if _moved(checkpoint, lineage) else {}
+        key = json.dumps({"checkpoint": identity, "params": params, **where}, sort_keys=True)
         run_id = f"eval-{suite}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
     else:
         run_id = f"{run_id}-{suite}"
     return Run(job=JOB, run_id=run_id, params=params, inputs=inputs)
+
+
+def _moved(checkpoint: Path, lineage: dict) -> bool:
+    """Whether ``checkpoint`` is read elsewhere than where its run saved it (a copied or moved run).
+
+    Its run id then names the path too: a copy holds the same bytes, so the same identity, and its
+    evaluation, recorded with the original's path, was refused as bound to other inputs; the path
+    joins the key only then, so the run ids of checkpoints where they were saved stay as they were."""
+    saved = PurePath(str(lineage.get("checkpoint", "")))
+    if saved.is_absolute():
+        return Path(saved).resolve() != checkpoint
+    return checkpoint.parts[-len(saved.parts) :] != saved.parts  # a relative run.dir, from where it ran
 
 
 def evaluate_checkpoint(

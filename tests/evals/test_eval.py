@@ -74,6 +74,25 @@ def test_each_suite_commits_its_rows_once(trained_run, catalog):
     assert {o.eval_run_id for o in again} == {heldout.eval_run_id, humaneval.eval_run_id}
 
 
+def test_a_copied_or_moved_run_is_evaluated_where_it_now_is(trained_run, catalog, tmp_path):
+    """A copy holds the same bytes, so the same identity and run id: its evaluation, bound to the
+    original's path, was refused as "committed with other inputs", and "(or none)" of --run-id could
+    not be followed."""
+    (original,) = evaluate_checkpoint(catalog, trained_run.checkpoint, ["heldout"], SMALL)
+    copy = tmp_path / "copy"
+    shutil.copytree(trained_run.run_dir, copy)
+    (copied,) = evaluate_checkpoint(catalog, copy, ["heldout"], SMALL)
+    moved = copy.rename(tmp_path / "moved")
+    (again,) = evaluate_checkpoint(catalog, moved, ["heldout"], SMALL)
+    assert not copied.already_committed and not again.already_committed
+    assert len({original.eval_run_id, copied.eval_run_id, again.eval_run_id}) == 3
+    checkpoints = {r["checkpoint"] for r in catalog.load_table(RESULTS_TABLE).scan().to_arrow().to_pylist()}
+    assert checkpoints == {str(trained_run.checkpoint), str(copy / "checkpoints" / trained_run.checkpoint.name),
+                           str(moved / "checkpoints" / trained_run.checkpoint.name)}  # fmt: skip
+    (unmoved,) = evaluate_checkpoint(catalog, trained_run.checkpoint, ["heldout"], SMALL)
+    assert unmoved.already_committed and unmoved.eval_run_id == original.eval_run_id
+
+
 def test_a_run_id_is_bound_to_its_suite_options(trained_run, catalog):
     options = SuiteOptions(limit=1, max_new_tokens=4)
     (first,) = evaluate_checkpoint(catalog, trained_run.checkpoint, ["humaneval"], options, run_id="dagster-7")
