@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 
-from lakehouse.errors import CheckpointError, InputError
+from lakehouse.errors import CheckpointError, InputError, ManifestError
 from mixtures.manifest import Manifest
 from streaming_loader.tokenize import TokenizerSpec, load_tokenizer_spec
 from trainer.checkpoint import COMPLETE, read_state
@@ -77,8 +77,12 @@ def checkpoint_identity(path: Path) -> str:
     return digest.hexdigest()
 
 
-def load_checkpoint(path: str | Path, device: torch.device | None = None) -> LoadedCheckpoint:
-    """The model of a complete checkpoint, ready to evaluate in this one process."""
+def load_checkpoint(
+    path: str | Path, device: torch.device | None = None, check_manifest: bool = True
+) -> LoadedCheckpoint:
+    """The model of a complete checkpoint, ready to evaluate in this one process. ``check_manifest``:
+    the manifest it trained on must be there, unchanged (evals read its held-out split; an export
+    of the weights needs only the lineage's record of it)."""
     path = resolve_checkpoint(path)
     require_weights(path)
     lineage = read_lineage(path, with_config=True)
@@ -93,7 +97,8 @@ def load_checkpoint(path: str | Path, device: torch.device | None = None) -> Loa
     # Evaluation needs no Ray: the stream is the same on either backend (docs/architecture.md, "The stream").
     config.data.backend = "local"
     tokenizer = _checked_tokenizer(tokenizer_path, lineage["tokenizer"]["sha256"])
-    _check_manifest(manifest_path, lineage["manifest"]["fingerprint"])
+    if check_manifest:
+        _check_manifest(manifest_path, lineage["manifest"]["fingerprint"])
     model = Transformer(config.model)
     _load_weights(path, model)
     model.to(device).eval()
@@ -137,7 +142,13 @@ def _checked_tokenizer(path: str, sha256: str) -> TokenizerSpec:
 
 
 def _check_manifest(path: str, fingerprint: str) -> None:
-    manifest = Manifest.load(path)
+    try:
+        manifest = Manifest.load(path)
+    except ManifestError as exc:
+        raise InputError(
+            f"{exc}: the checkpoint was trained on it (fingerprint {fingerprint[:16]}…); restore the file the run "
+            "used, or pin the same mixture again with `factory mix pin` to that path"
+        ) from None
     if manifest.fingerprint != fingerprint:
         raise InputError(
             f"the manifest {path} is not the one the checkpoint was trained on (fingerprint "

@@ -39,7 +39,7 @@ from lakehouse.errors import InputError
 from lakehouse.local_files import sync_file, sync_folders
 from lakehouse.redact import redact
 from streaming_loader.tokenize import TokenizerSpec
-from trainer.config import ModelConfig
+from trainer.config import ModelConfig, load_sections
 from trainer.lineage import read_lineage
 from trainer.model import Transformer
 
@@ -267,8 +267,11 @@ def export_hf(
     path = resolve_checkpoint(checkpoint)
     recorded = read_lineage(path, with_config=True)["config"].get("model", {})
     refuse_unknown_fields(recorded, fields)
-    hf_config(ModelConfig(**recorded), fields)  # refused before the weights are read
-    loaded = load_checkpoint(path, torch.device("cpu"))
+    # Checked as `factory train` checks a config (a lineage edited by hand may hold "x" for a
+    # number), then refused before the weights are read when a setting has no Hugging Face form.
+    model = load_sections(None, [], {"model": recorded}, {"model": ModelConfig})["model"]
+    hf_config(model, fields)
+    loaded = load_checkpoint(path, torch.device("cpu"), check_manifest=False)
     config = hf_config(loaded.config.model, fields)
     tokenizer_json = loaded.tokenizer.text.encode("utf-8")
     if hashlib.sha256(tokenizer_json).hexdigest() != loaded.tokenizer.sha256:  # read as text, with replacements

@@ -272,7 +272,22 @@ def test_a_missing_or_half_written_checkpoint_is_refused_and_nothing_written(gqa
     (damaged / "__0_0.distcp").write_bytes(b"")  # its weights lost after it was complete
     error = _clear_error(run_factory("export", str(damaged), "--output", str(out)))
     assert f"{damaged} cannot be read: a file of it is missing or damaged (EOFError)" in error
-    assert _left_in(tmp_path) == ["a", "b"]  # no folder, and no half-written one beside it
+    # A lineage edited by hand: a TypeError's traceback, where factory eval said what was wrong.
+    edited = _copy_checkpoint(
+        gqa_run.checkpoint, tmp_path / "c", lambda lineage: lineage["config"]["model"].update(dim="x")
+    )
+    assert "model.dim must be an integer, got 'x'" in _clear_error(
+        run_factory("export", str(edited), "--output", str(out))
+    )
+    assert _left_in(tmp_path) == ["a", "b", "c"]  # no folder, and no half-written one beside it
+
+    # The weights, the lineage and the tokenizer are what an export needs: not the manifest the
+    # run trained on, which another machine, or a cleaned-up run, may lack.
+    moved = _copy_checkpoint(
+        gqa_run.checkpoint, tmp_path / "d", lambda lineage: lineage["manifest"].update(path=str(tmp_path / "gone.json"))
+    )
+    done = run_factory("export", str(moved), "--output", str(out))
+    assert done.returncode == 0 and (out / "model.safetensors").is_file(), done.stderr[-2000:]
 
 
 @pytest.mark.slow
