@@ -34,6 +34,7 @@ _MESSAGES = {
     errno.EROFS: "read-only file system{at}: " + _ELSEWHERE,
     errno.EACCES: "permission denied{at}: grant the user running this command access, or " + _ELSEWHERE,
     errno.EPERM: "operation not permitted{at}: grant the user running this command access, or " + _ELSEWHERE,
+    errno.EBUSY: "a folder is busy{at}, as a mount point is, and cannot be renamed or replaced: give a path inside it",
     errno.ENOTDIR: "a path runs through a file where a folder is needed{at}: move that file away, or " + _ELSEWHERE,
     errno.ENAMETOOLONG: "a path is too long for the file system{at}: use shorter table names, or a warehouse "
     "or run directory with a shorter path",
@@ -57,7 +58,7 @@ def storage_error(exc: BaseException) -> StorageError | None:
     """The StorageError that ``exc`` (or an exception it wraps) amounts to, or None."""
     for seen in _chain(exc):
         if isinstance(seen, OSError) and seen.errno in _MESSAGES:
-            return _error(seen.errno, seen.filename)
+            return _error(seen.errno, seen.filename2 or seen.filename)  # a rename: its destination
     for text in chain_texts(exc):
         for pattern, message in _STORE_TEXT.items():
             if pattern.search(text):

@@ -30,6 +30,8 @@ def raised_from(cause: BaseException, outer: BaseException) -> BaseException:
         (OSError(errno.EROFS, "Read-only file system", "/home"), "read-only file system (/home)"),
         (PermissionError(errno.EACCES, "Permission denied", "/w"), "permission denied (/w)"),
         (OSError(errno.ENAMETOOLONG, "File name too long"), "shorter table names"),
+        # factory export onto a mount point (a container's volume): its folder is renamed into place.
+        (OSError(errno.EBUSY, "Device or resource busy", ".vol.x.partial", None, "vol"), "busy (vol), as a mount"),
         (NotADirectoryError(errno.ENOTDIR, "Not a directory", "/w/f/wh"), "a file where a folder is needed (/w/f/wh)"),
         # A Spark task's error reaches the driver as text; SQLite's in words, wrapped by SQLAlchemy.
         (RuntimeError("PythonException: OSError: [Errno 28] Error writing bytes to file"), "no space left"),
