@@ -27,7 +27,7 @@ _FULL = (
     "Nothing half-written was published: files a failed job staged are removed by `factory gc`, "
     "a checkpoint without COMPLETE is ignored"
 )
-_ELSEWHERE = "point FACTORY_HOME (or the catalog's warehouse, or the run's directory) at a place it can write"
+_ELSEWHERE = "point FACTORY_HOME (or the catalog's warehouse, the run's directory, or the command's --output) at a place it can write"
 _MESSAGES = {
     errno.ENOSPC: _FULL,
     errno.EDQUOT: _FULL,
