@@ -37,7 +37,7 @@ import torch
 from evals.checkpoint_model import load_checkpoint, resolve_checkpoint
 from lakehouse.errors import InputError
 from lakehouse.local_files import sync_file, sync_folders
-from lakehouse.redact import redact
+from lakehouse.redact import redact_json
 from streaming_loader.tokenize import TokenizerSpec
 from trainer.config import ModelConfig, load_sections
 from trainer.lineage import read_lineage
@@ -241,21 +241,6 @@ def special_token_ids(tokenizer: TokenizerSpec, special: Mapping[str, str]) -> d
     return {f"{role}_id": encoder.token_to_id(special[role]) for role in ("bos_token", "eos_token", "pad_token")}
 
 
-def redacted(value: Any) -> Any:
-    """``value`` (JSON) with every credential its strings hold masked (``lakehouse/redact.py``).
-
-    The trainer redacts the catalog it records, but a lineage also repeats what pipeline runs
-    recorded of their inputs and parameters, and a folder meant to be published gets no second
-    chance: every string is passed through again."""
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, Mapping):
-        return {key: redacted(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [redacted(item) for item in value]
-    return value
-
-
 def export_hf(
     checkpoint: str | Path, output: str | Path, force: bool = False, fields: Mapping[str, Field] = FIELDS
 ) -> Exported:
@@ -279,7 +264,9 @@ def export_hf(
     tokenizer_configs = tokenizer_files(loaded.tokenizer, loaded.config.model.max_seq_len)
     ids = special_token_ids(loaded.tokenizer, tokenizer_configs["special_tokens_map.json"])
     config.update(ids, dtype="float32", torch_dtype="float32")  # the weights as trained; torch_dtype: transformers 4
-    lineage = redacted(loaded.lineage)
+    # The trainer masks the catalog it records, but a lineage also repeats what pipeline runs
+    # recorded of their inputs and parameters, and a folder meant to be published gets no second chance.
+    lineage = redact_json(loaded.lineage)
     documents = {
         "config.json": config,
         "generation_config.json": {**ids, "do_sample": False},

@@ -22,7 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "mix") -> None:
     pin.add_argument("--output", "-o", required=True, metavar="MANIFEST", help="where to write the manifest (JSON)")
     # Also accepted after the subcommand; SUPPRESS keeps a value given before it.
     pin.add_argument("--catalog", metavar="NAME", default=argparse.SUPPRESS, help="pyiceberg catalog to use")
-    pin.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only print results and errors")
+    pin.add_argument(
+        "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only print results and errors"
+    )
     search = sub.add_parser(
         "search",
         help="decide a mixture by proxy runs (RegMix style) and pin it",
@@ -39,7 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "mix") -> None:
     search.add_argument("--address", metavar="ADDR", help="a Ray cluster to run on (default: Ray on this machine)")
     add_num_cpus_argument(search)
     search.add_argument("--catalog", metavar="NAME", default=argparse.SUPPRESS, help="pyiceberg catalog to use")
-    search.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only print results and errors")
+    search.add_argument(
+        "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only print results and errors"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

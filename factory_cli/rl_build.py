@@ -55,7 +55,9 @@ def add_arguments(build: argparse.ArgumentParser) -> None:
     add_run_id_argument(build)
     # Also accepted after the subcommand; SUPPRESS keeps a value given before it.
     build.add_argument("--catalog", metavar="NAME", default=argparse.SUPPRESS, help="pyiceberg catalog to use")
-    build.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only print results and errors")
+    build.add_argument(
+        "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only print results and errors"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

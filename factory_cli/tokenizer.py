@@ -23,7 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "tokenizer") -> 
     )  # fmt: skip
     train.add_argument("--min-frequency", type=int, default=2, metavar="N", help="least count of a merge (default 2)")
     train.add_argument("--catalog", metavar="NAME", default=argparse.SUPPRESS, help="pyiceberg catalog to use")
-    train.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only print results and errors")
+    train.add_argument(
+        "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only print results and errors"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -44,6 +44,17 @@ def redact(text: str) -> str:
     return _mask_pairs(text)
 
 
+def redact_json(value: object) -> object:
+    """``value`` (JSON) with every credential its strings hold masked."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: redact_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [redact_json(item) for item in value]
+    return value
+
+
 def redact_with(text: str, uri: str | None) -> str:
     """``redact(text)``, with every piece of ``uri``'s password also masked wherever it appears.
 

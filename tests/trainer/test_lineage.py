@@ -136,6 +136,22 @@ def test_a_run_record_is_optional_and_a_broken_one_is_named(factory_home, tmp_pa
     assert '"decisions" should be a list of decision ids' in capsys.readouterr().err
 
 
+def test_a_credential_in_a_lineage_file_is_masked_in_what_lineage_prints(factory_home, tmp_path, capsys):
+    """The writers mask what they record, but a lineage.json edited by hand, or by an older
+    trainer, was printed as it was, where factory export masked it."""
+    manifest = {"name": "m", "fingerprint": "sha256:" + "12" * 32, "components": []}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    run_dir = tmp_path / "run"
+    checkpoint = hand_made_checkpoint(run_dir, tmp_path / "manifest.json")
+    lineage = json.loads((checkpoint / "lineage.json").read_text())
+    lineage["manifest"]["path"] = "s3://AKIAEXAMPLE:SeCrEt-42@bucket/manifest.json"
+    (checkpoint / "lineage.json").write_text(json.dumps(lineage))
+    for flags in ([], ["--json"]):
+        assert main(["lineage", str(run_dir), *flags]) == 0
+        out = capsys.readouterr().out
+        assert "bucket/manifest.json" in out and "SeCrEt-42" not in out and "AKIAEXAMPLE" not in out
+
+
 @pytest.mark.slow
 def test_factory_lineage_prints_the_decisions_after_the_data(catalog, factory_home):
     run_dir, decisions = shaped_run(catalog, factory_home)
