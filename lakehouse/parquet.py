@@ -15,6 +15,7 @@ import functools
 import os
 from collections.abc import Mapping, Sequence
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -95,6 +96,14 @@ def open_parquet(uri: str, label: str, properties: Mapping[str, str] = _NONE) ->
         ) from exc
     except (OSError, ValueError) as exc:  # pyarrow raises ArrowInvalid (a ValueError) for a corrupt file
         raise DataFileError(f"{label}: cannot read data file {uri}: {exc}") from exc
+
+
+def read_columns(
+    uri: str, columns: Sequence[str], properties: Mapping[str, str] = _NONE, filters: list | None = None
+) -> pa.Table:
+    """``columns`` of the Parquet file ``uri``, the rows ``filters`` keeps (pyarrow's DNF form)."""
+    fs, path = split_uri(uri, properties)
+    return pq.read_table(path, filesystem=fs, columns=list(columns), filters=filters)
 
 
 LIST_FOLDER_AT = 64

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
@@ -36,7 +35,8 @@ from lakehouse.columns import DOCUMENT_COLUMNS, TARGET_COLUMN
 from lakehouse.commit import CommitResult, ReadCheck, Run, StagedFile, existing_commits
 from lakehouse.errors import ConcurrentCommitError, InputError
 from lakehouse.file_sizes import target_file_bytes
-from lakehouse.parquet import split_uri
+from lakehouse.parquet import read_columns
+from lakehouse.publish import head as main_head
 from lakehouse.refs import format_identifier, ingested_files_identifier, parse_identifier, quarantine_identifier
 from lakehouse.run_binding import RunOutput, check_run_commits, commit_run, run_snapshots
 from lakehouse.schemas import (
@@ -251,8 +251,7 @@ def _doc_ids(table: Table, paths: Sequence[str]) -> pa.Array:
     """The ``doc_id`` column of the data files ``paths`` of ``table``."""
     columns = []
     for uri in paths:
-        fs, path = split_uri(uri, table.io.properties)
-        column = pq.read_table(path, filesystem=fs, columns=["doc_id"]).column("doc_id")
+        column = read_columns(uri, ["doc_id"], table.io.properties).column("doc_id")
         columns += column.cast(pa.string()).chunks  # a writer may have stored it as large_string
     return pa.chunked_array(columns, pa.string()).combine_chunks()
 
@@ -260,10 +259,9 @@ def _doc_ids(table: Table, paths: Sequence[str]) -> pa.Array:
 def _head(catalog: Catalog, identifier: tuple[str, ...]) -> int | None:
     """Main's head snapshot of the table; None when it has none or does not exist."""
     try:
-        head = catalog.load_table(identifier).current_snapshot()
+        return main_head(catalog.load_table(identifier))
     except NoSuchTableError:
         return None
-    return head.snapshot_id if head is not None else None
 
 
 def _tables(opts: IngestOptions) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
@@ -337,8 +335,7 @@ def _unreadable(quarantine: Table, refused: StagedOutput) -> set[str]:
         return set()
     found: set[str] = set()
     for staged in refused.files:
-        fs, path = split_uri(staged.path, quarantine.io.properties)
-        rows = pq.read_table(path, filesystem=fs, columns=["reason", "path"], filters=[("reason", "==", UNREADABLE)])
+        rows = read_columns(staged.path, ["reason", "path"], quarantine.io.properties, [("reason", "==", UNREADABLE)])
         found.update(rows.column("path").to_pylist())
     return found
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import EqualTo
 from pyiceberg.table import Table
 
 from lakehouse.commit import Run, StagedFile
-from lakehouse.parquet import split_uri
+from lakehouse.parquet import read_columns
 from lakehouse.redact import redact
 from lakehouse.rows import stage_rows
 from lakehouse.schemas import INGESTED_FILES_SCHEMA
@@ -62,8 +61,7 @@ def files_listed_meanwhile(files: Sequence[InputFile], output: str) -> Callable[
     def validate(table: Table, added: list[str]) -> None:
         listed: set[tuple[str, int]] = set()
         for uri in added if mine else ():
-            fs, path = split_uri(uri, table.io.properties)
-            rows = pq.read_table(path, filesystem=fs, columns=["relpath", "size"], filters=[("output", "==", output)])
+            rows = read_columns(uri, ["relpath", "size"], table.io.properties, [("output", "==", output)])
             listed.update(zip(rows.column("relpath").to_pylist(), rows.column("size").to_pylist(), strict=True))
         if listed & mine:
             raise ListedMeanwhile(listed & mine, table.current_snapshot().snapshot_id)
