@@ -43,6 +43,21 @@ def tag_name(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def table_identifier(text: str) -> tuple[str, ...]:
+    """An argparse type: ``NS.TABLE`` as an identifier, for the commands that act on a table itself
+    (its staging, its snapshots, its files): a pinned snapshot (``NS.TABLE@REF``) is refused with
+    the usage (exit 2), as is a name that is not one."""
+    from lakehouse.errors import InvalidIdentifierError
+    from lakehouse.refs import parse_identifier
+
+    if "@" in text:
+        raise argparse.ArgumentTypeError(f"{text}: give a table, not a pinned snapshot")
+    try:
+        return parse_identifier(text)
+    except InvalidIdentifierError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def bounded_number(text: str, *, low: float, high: float, what: str) -> float:
     """``text`` as a finite number from ``low`` to ``high``, else ``ArgumentTypeError`` saying so
     (``float`` takes ``nan`` and ``inf``, which no count of hours or rows is)."""

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-from factory_cli.arguments import add_run_id_argument
+from factory_cli.arguments import add_run_id_argument, table_identifier
 from lakehouse.catalog import load_catalog
 from lakehouse.commit import MAIN_BRANCH
 from lakehouse.compact import compact_table
-from lakehouse.errors import InputError
-from lakehouse.refs import parse_identifier
 
 DESCRIPTION = """\
 Combine the small data files of a table's branch head (smaller than 75 % of the table's
@@ -31,16 +29,13 @@ Safe to repeat: a table with nothing to combine is left alone, and a retry with 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "compact") -> None:
     parser.description = DESCRIPTION
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("table", metavar="NS.TABLE", help="the table to compact")
+    parser.add_argument("table", type=table_identifier, metavar="NS.TABLE", help="the table to compact")
     parser.add_argument("--branch", default=MAIN_BRANCH, help="the branch whose head to compact (default: main)")
     add_run_id_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    if "@" in args.table:
-        raise InputError(f"{args.table}: compact a table (and --branch), not a pinned snapshot")
-    identifier = parse_identifier(args.table)
-    result = compact_table(load_catalog(args.catalog), identifier, run_id=args.run_id, branch=args.branch)
+    result = compact_table(load_catalog(args.catalog), args.table, run_id=args.run_id, branch=args.branch)
     if result.snapshot_id is None:
         print(f"{result.table}: {result.files_before} file(s), nothing to combine")
     elif result.already:

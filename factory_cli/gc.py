@@ -9,17 +9,17 @@ from __future__ import annotations
 import argparse
 from datetime import timedelta
 
-from factory_cli.arguments import bounded_number
+from factory_cli.arguments import bounded_number, table_identifier
 from lakehouse.catalog import list_tables, load_catalog
-from lakehouse.errors import InputError
-from lakehouse.refs import parse_identifier
 from lakehouse.staging_gc import collect_garbage
 
 MAX_GRACE_HOURS = 1_000_000
 
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "gc") -> None:
-    parser.add_argument("tables", nargs="*", metavar="NS.TABLE", help="tables to clean (default: all)")
+    parser.add_argument(
+        "tables", nargs="*", type=table_identifier, metavar="NS.TABLE", help="tables to clean (default: all)"
+    )
     parser.add_argument(
         "--grace-hours",
         type=_grace_hours,
@@ -36,11 +36,8 @@ def _grace_hours(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    pinned = [t for t in args.tables if "@" in t]
-    if pinned:
-        raise InputError(f"{pinned[0]}: give a table, not a pinned snapshot (gc cleans a table's staging)")
     catalog = load_catalog(args.catalog)
-    identifiers = [parse_identifier(t) for t in args.tables] or list_tables(catalog)
+    identifiers = args.tables or list_tables(catalog)
     reports = collect_garbage(catalog, identifiers, grace=timedelta(hours=args.grace_hours), dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     for report in reports:

@@ -10,13 +10,12 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from factory_cli.arguments import tag_name
+from factory_cli.arguments import table_identifier, tag_name
 from factory_cli.text import format_columns
 from lakehouse.catalog import list_tables, load_catalog, load_table, resolve
 from lakehouse.commit import summary_properties
-from lakehouse.errors import FactoryError
 from lakehouse.publish import tag_snapshot
-from lakehouse.refs import PinnedRef, format_identifier, parse_identifier
+from lakehouse.refs import PinnedRef, format_identifier
 
 PREVIEW_CHARS = 60
 # The most rows `show -n` takes: pyarrow counts rows in int64 (the scan's limit, the slice).
@@ -25,7 +24,7 @@ MAX_ROWS = 2**63 - 1
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     if name == "snapshots":
-        parser.add_argument("table", metavar="NS.TABLE")
+        parser.add_argument("table", type=table_identifier, metavar="NS.TABLE")
         parser.add_argument("--json", action="store_true", help="print JSON for machines")
     elif name == "show":
         parser.add_argument("ref", metavar="NS.TABLE[@REF]")
@@ -44,14 +43,11 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "tables":
         print(format_tables(catalog))
     elif args.command == "snapshots":
-        if "@" in args.table:
-            raise FactoryError(f"{args.table}: give a table, not a pinned snapshot (snapshots lists a table's)")
-        identifier = parse_identifier(args.table)
-        table = load_table(catalog, identifier)
+        table = load_table(catalog, args.table)
         if args.json:
             print(json.dumps([snapshot_record(table, s) for s in table.snapshots()], indent=2))
         else:
-            print(format_snapshots(table, format_identifier(identifier)))
+            print(format_snapshots(table, format_identifier(args.table)))
     elif args.command == "show":
         table, pinned = resolve(catalog, args.ref)
         print(format_rows(table, pinned, args.n, as_json=args.json))
@@ -160,8 +156,7 @@ def _row_count(text: str) -> int:
 
 
 def format_rows(table: Table, pinned: PinnedRef, n: int, *, as_json: bool) -> str:
-    if not 0 <= n <= MAX_ROWS:
-        raise FactoryError(f"-n must be from 0 to {MAX_ROWS}")
+    """The first ``n`` rows of ``pinned`` (``n`` bounded by ``_row_count``, the argparse type of ``-n``)."""
     rows = table.scan(snapshot_id=pinned.snapshot_id, limit=n).to_arrow().slice(0, n).to_pylist()
     if as_json:
         return "\n".join(json.dumps(row, default=_json_default) for row in rows)

@@ -111,5 +111,7 @@ def test_grace_hours_that_are_no_number_of_hours_are_refused_with_the_usage(fact
 def test_gc_of_a_pinned_snapshot_is_refused(factory_home, capsys):
     from factory_cli.main import main
 
-    assert main(["gc", "raw.t@v1"]) == 2
+    with pytest.raises(SystemExit) as exit_:
+        main(["gc", "raw.t@v1"])
+    assert exit_.value.code == 2
     assert "raw.t@v1: give a table, not a pinned snapshot" in capsys.readouterr().err
