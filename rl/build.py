@@ -44,7 +44,7 @@ from lakehouse.catalog import ensure_table
 from lakehouse.columns import TARGET_COLUMN
 from lakehouse.commit import CommitResult, Run, StagedFile, existing_commits
 from lakehouse.errors import InputError
-from lakehouse.publish import publish, remove_branch, start_branch
+from lakehouse.publish import check_branch_free, publish, remove_branch, start_branch
 from lakehouse.refs import parse_identifier
 from lakehouse.run_binding import RunOutput, commit_run, find_run_commits
 from lakehouse.schemas import file_schema
@@ -167,6 +167,7 @@ def build(
         return BuildResult(run.run_id, commit, stats, already_committed=True)
     table = ensure_table(catalog, out_id, TASKS_SCHEMA)
     if audited is None:
+        check_branch_free(table, branch, opts.output)  # before tracing, the build's long part
         tasks, stats = _tasks(spark, repos, snapshots, opts)
         files = _stage(table, run, tasks)
         start_branch(catalog, out_id, branch, empty=True)

@@ -14,7 +14,7 @@ import pytest
 from factory_cli.rl_build import format_result
 from lakehouse.catalog import load_table
 from lakehouse.commit import snapshot_stats
-from lakehouse.errors import InputError, MissingDependencyError
+from lakehouse.errors import InputError, MissingDependencyError, PublishRefusedError
 from rl.build import BuildOptions, build
 from rl.repositories import STDLIB_SUITE_MODULES, find_repositories, stdlib_repository
 from rl.rollouts import score
@@ -95,6 +95,24 @@ def test_the_same_trees_give_the_same_tasks_whatever_the_parallelism(spark, cata
     assert "rl.tasks_one@" in printed and ": 2 tasks" in printed and "dropped.original-fails=1" in printed
     again = build(spark, catalog, _toy_options(toy, output="rl.tasks_one", parallelism=1, run_id="one"))
     assert again.already_committed and again.tasks.snapshot_id == one.tasks.snapshot_id
+
+
+def test_a_tag_named_as_the_runs_audit_branch_is_refused_before_any_tracing(spark, catalog, toy, monkeypatch):
+    import rl.build
+
+    build(spark, catalog, _toy_options(toy, output="rl.tagged", run_id="one"))
+    table = load_table(catalog, ("rl", "tagged"))
+    # Only an older version or another engine can make such a tag: `factory tag` refuses audit-*.
+    table.manage_snapshots().create_tag(table.current_snapshot().snapshot_id, "audit-two").commit()
+    refs = dict(load_table(catalog, ("rl", "tagged")).metadata.refs)
+
+    def traced(*_args):
+        raise AssertionError("the build traced the tests before checking its audit branch")
+
+    monkeypatch.setattr(rl.build, "_tasks", traced)
+    with pytest.raises(PublishRefusedError, match="has a tag 'audit-two'"):
+        build(spark, catalog, _toy_options(toy, output="rl.tagged", run_id="two"))
+    assert dict(load_table(catalog, ("rl", "tagged")).metadata.refs) == refs
 
 
 def test_the_command_refuses_bad_options_before_starting_spark(factory_home, toy, tmp_path):
