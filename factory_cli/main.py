@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tables": ("factory_cli.tables", "list tables with their current snapshot and size"),
     "snapshots": ("factory_cli.tables", "list a table's snapshots with how each was made"),
     "show": ("factory_cli.tables", "print the first rows of a table or pinned snapshot"),
-    "tag": ("factory_cli.tables", "name a snapshot with a tag"),
+    "tag": ("factory_cli.tables", "name a snapshot with a tag, or remove a tag (--delete)"),
     "tokenizer": ("factory_cli.tokenizer", "build a byte-level BPE tokenizer from pinned snapshots"),
     "mix": ("factory_cli.mix", "pin a mixture spec to snapshot ids and data files"),
     "train": ("factory_cli.train", "train a model on a pinned manifest through torchrun"),

@@ -10,12 +10,13 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from factory_cli.arguments import table_identifier, tag_name
+from factory_cli.arguments import table_identifier
 from factory_cli.text import format_columns
 from lakehouse.catalog import list_tables, load_catalog, load_table, resolve
 from lakehouse.commit import summary_properties
-from lakehouse.publish import tag_snapshot
-from lakehouse.refs import PinnedRef, format_identifier
+from lakehouse.errors import InvalidIdentifierError
+from lakehouse.publish import delete_tag, tag_snapshot
+from lakehouse.refs import PinnedRef, format_identifier, parse_identifier, validate_tag_name
 
 PREVIEW_CHARS = 60
 # The most rows `show -n` takes: pyarrow counts rows in int64 (the scan's limit, the slice).
@@ -31,11 +32,17 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
         parser.add_argument("-n", type=_row_count, default=10, help="how many rows (default: 10)")
         parser.add_argument("--json", action="store_true", help="print rows as JSON lines, text in full")
     elif name == "tag":
-        parser.add_argument("ref", metavar="NS.TABLE[@REF]", help="the snapshot to name")
-        parser.add_argument(
-            "name", metavar="NAME", type=tag_name, help="the tag (not 'main' nor audit-*, the jobs' branches)"
+        parser.add_argument("ref", metavar="NS.TABLE[@REF]", help="the snapshot to name; with --delete, the table")
+        # No argparse type: a name refused for --delete is told why it is not removed, not to choose another.
+        parser.add_argument("name", metavar="NAME", help="the tag (not 'main' nor audit-*, the jobs' branches)")
+        change = parser.add_mutually_exclusive_group()
+        change.add_argument("--force", action="store_true", help="move the tag if it already exists")
+        change.add_argument(
+            "--delete",
+            action="store_true",
+            help="remove the tag NAME of the table (not a branch); its snapshot stays until expired, and "
+            "manifests pinned through the tag keep their snapshot ids",
         )
-        parser.add_argument("--force", action="store_true", help="move the tag if it already exists")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,10 +59,28 @@ def run(args: argparse.Namespace) -> int:
         table, pinned = resolve(catalog, args.ref)
         print(format_rows(table, pinned, args.n, as_json=args.json))
     elif args.command == "tag":
-        table, pinned = resolve(catalog, args.ref)
-        tag_snapshot(table, pinned, args.name, force=args.force)
-        print(f"tagged {pinned} as {pinned.table_name}@{args.name}")
+        print(_delete_tag(catalog, args) if args.delete else _tag(catalog, args))
     return 0
+
+
+def _tag(catalog: Catalog, args: argparse.Namespace) -> str:
+    validate_tag_name(args.name)  # before the table is read: a name no tag may take is refused first
+    table, pinned = resolve(catalog, args.ref)
+    tag_snapshot(table, pinned, args.name, force=args.force)
+    return f"tagged {pinned} as {pinned.table_name}@{args.name}"
+
+
+def _delete_tag(catalog: Catalog, args: argparse.Namespace) -> str:
+    if "@" in args.ref:
+        # A tag belongs to the table, not to a snapshot: `t@v1 v1` would read as "the tag at v1".
+        table_part = args.ref.partition("@")[0]
+        raise InvalidIdentifierError(
+            f"{args.ref}: --delete takes a table, not a pinned snapshot; e.g. `factory tag {table_part} "
+            f"{args.name} --delete`"
+        )
+    identifier = parse_identifier(args.ref)
+    was = delete_tag(catalog, identifier, args.name)
+    return f"removed tag {args.name} of {format_identifier(identifier)} (was snapshot {was})"
 
 
 def format_tables(catalog: Catalog) -> str:

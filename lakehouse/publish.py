@@ -30,8 +30,8 @@ from sqlalchemy.exc import OperationalError
 
 from lakehouse.catalog import load_table
 from lakehouse.commit import MAIN_BRANCH
-from lakehouse.errors import CommitError, FactoryError, InvalidIdentifierError, PublishRefusedError
-from lakehouse.refs import PinnedRef, format_identifier, validate_ref_name, validate_tag_name
+from lakehouse.errors import CommitError, FactoryError, InvalidIdentifierError, PublishRefusedError, RefNotFoundError
+from lakehouse.refs import AUDIT_PREFIX, PinnedRef, format_identifier, validate_ref_name, validate_tag_name
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +182,51 @@ def tag_snapshot(table: Table, pinned: PinnedRef, name: str, *, force: bool = Fa
         table.manage_snapshots().remove_tag(name).create_tag(pinned.snapshot_id, name).commit()
         return
     table.manage_snapshots().create_tag(pinned.snapshot_id, name).commit()
+
+
+def delete_tag(catalog: Catalog, identifier: tuple[str, ...], name: str) -> int:
+    """Remove tag ``name`` of the table, as Iceberg's ``ALTER TABLE … DROP TAG``; the snapshot id it named.
+
+    Only the name goes: the snapshot stays until it is expired, and what was pinned through the
+    tag (a manifest, a snapshot's ``factory.inputs``) holds the snapshot id. Refused, the table
+    unchanged (``FactoryError``): a name no tag may take (``validate_tag_name``: ``main`` and
+    ``audit-*`` are the jobs' branches), a branch, a name the table has no ref by. The removal
+    asserts at commit that the tag still names the snapshot read (pyiceberg's
+    ``AssertRefSnapshotId``), so the id returned is the one the tag named when it went."""
+    label = format_identifier(identifier)
+    _check_deletable_name(name, label)
+
+    def attempt() -> int:
+        table = load_table(catalog, identifier)
+        existing = table.metadata.refs.get(name)
+        if existing is None:
+            tags = sorted(n for n, ref in table.metadata.refs.items() if ref.snapshot_ref_type == "tag")
+            raise RefNotFoundError(
+                f"{label} has no tag {name!r} (its tags: {', '.join(tags) or 'none'}); nothing removed. "
+                f"`factory snapshots {label}` lists its snapshots and refs"
+            )
+        if existing.snapshot_ref_type != "tag":
+            raise InvalidIdentifierError(
+                f"{name!r} is a branch of {label}, not a tag; nothing removed. `factory tag --delete` removes "
+                f"tags only, never a branch ({MAIN_BRANCH} and {AUDIT_PREFIX}<run-id> are the jobs')"
+            )
+        table.manage_snapshots().remove_tag(name).commit()
+        log.info("%s: tag %s removed (was snapshot %s)", label, name, existing.snapshot_id)
+        return existing.snapshot_id
+
+    return _retry(attempt, label)
+
+
+def _check_deletable_name(name: str, label: str) -> None:
+    """``validate_tag_name``, saying for ``main`` and ``audit-*`` that they are not removed this way
+    (its own message tells a new tag to choose another name)."""
+    if name == MAIN_BRANCH or name.startswith(AUDIT_PREFIX):
+        raise InvalidIdentifierError(
+            f"{name!r} names one of the jobs' branches ('{MAIN_BRANCH}', '{AUDIT_PREFIX}<run-id>'), not a tag; "
+            f"nothing removed. Branches are the jobs' and are not removed with `factory tag --delete`; "
+            f"`factory snapshots {label}` lists the tags of {label}"
+        )
+    validate_tag_name(name)
 
 
 def move_tag(catalog: Catalog, identifier: tuple[str, ...], name: str, expected: int | None, snapshot_id: int) -> None:

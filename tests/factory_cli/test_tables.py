@@ -84,3 +84,57 @@ def test_a_table_without_snapshots_is_named_whole(catalog, capsys):
     ensure_table(catalog, ("raw", "empty"), DOCUMENT_SCHEMA)
     assert main(["snapshots", "raw.empty"]) == 0
     assert capsys.readouterr().out == "raw.empty has no snapshots yet\n"
+
+
+def _tagged_table(catalog) -> tuple[int, int]:
+    """``raw.t`` with two snapshots, tag ``v1`` at the first, and a branch ``dev`` and ``audit-r1`` at the second."""
+    table = ensure_table(catalog, ("raw", "t"), DOCUMENT_SCHEMA)
+    row = {"doc_id": "a", "source": "t", "text": "t", "path": "a", "lang": "en", "n_bytes": 1}
+    table.append(pa.Table.from_pylist([row], schema=arrow_schema(DOCUMENT_SCHEMA)))
+    table.append(pa.Table.from_pylist([{**row, "doc_id": "b"}], schema=arrow_schema(DOCUMENT_SCHEMA)))
+    first, second = (s.snapshot_id for s in sorted(table.snapshots(), key=lambda s: s.sequence_number))
+    update = table.manage_snapshots().create_tag(first, "v1")
+    update.create_branch(second, "dev").create_branch(second, "audit-r1").commit()
+    return first, second
+
+
+def _refs(catalog) -> dict[str, tuple[int, str]]:
+    refs = catalog.load_table(("raw", "t")).metadata.refs
+    return {name: (ref.snapshot_id, ref.snapshot_ref_type) for name, ref in refs.items()}
+
+
+def test_delete_removes_the_tag_and_keeps_its_snapshot(catalog, capsys):
+    from factory_cli.main import main
+
+    first, _ = _tagged_table(catalog)
+    assert "[v1]" in (main(["snapshots", "raw.t"]), capsys.readouterr().out)[1]
+
+    assert main(["tag", "raw.t", "v1", "--delete"]) == 0
+    assert capsys.readouterr().out == f"removed tag v1 of raw.t (was snapshot {first})\n"
+    assert set(_refs(catalog)) == {"main", "dev", "audit-r1"}
+    assert main(["snapshots", "raw.t"]) == 0
+    shown = capsys.readouterr().out
+    assert "v1" not in shown and str(first) in shown  # the snapshot stays until expired
+    assert main(["show", f"raw.t@{first}", "--json"]) == 0
+    assert '"doc_id": "a"' in capsys.readouterr().out
+    # The name is free again: a new tag by it is no move, so no --force.
+    assert main(["tag", "raw.t", "v1"]) == 0
+
+
+def test_delete_refuses_what_is_no_tag_of_the_table_and_changes_nothing(catalog, capsys):
+    _tagged_table(catalog)
+    before = _refs(catalog)
+    for argv, message in (
+        (("raw.t@v1", "v1"), "--delete takes a table, not a pinned snapshot"),
+        (("raw.t", "v1", "--force"), "not allowed with argument"),
+        (("raw.t", "v2"), "raw.t has no tag 'v2' (its tags: v1)"),
+        (("raw.t", "main"), "not removed with `factory tag --delete`"),
+        (("raw.t", "audit-r1"), "not removed with `factory tag --delete`"),
+        (("raw.t", "dev"), "'dev' is a branch of raw.t, not a tag"),
+        (("raw.t", "--", "-weird"), "starting with a letter, digit or '_'"),
+        (("raw.t", "v" * 5000), "at most 128"),
+        (("raw.nope", "v1"), "raw.nope"),
+    ):
+        code, err = _exit_of(capsys, "tag", "--delete", *argv)
+        assert (code, message in err) == (2, True), (argv, err)
+        assert _refs(catalog) == before, argv

@@ -107,3 +107,22 @@ def test_mix_pin_and_tokenizer_train_on_the_command_line(catalog, factory_home, 
     assert [i["table"] for i in record["inputs"]] == ["raw.code", "raw.text"]
     assert record["inputs"][1]["snapshot_id"] == text.current_snapshot().snapshot_id
     assert record["eod_token"] == "<|endoftext|>" and record["documents"] == 80
+
+
+def test_a_manifest_pinned_through_a_deleted_tag_keeps_its_snapshot(catalog, tmp_path):
+    """Deleting a tag changes no manifest: it holds the snapshot id. Pinning the spec again needs the tag."""
+    from lakehouse.publish import delete_tag
+
+    make_table(catalog, "raw.code", 10, kind="code", files=1)
+    text = make_table(catalog, "raw.text", 10, files=1)
+    tagged = text.current_snapshot().snapshot_id
+    text.manage_snapshots().create_tag(tagged, "v1").commit()
+    path = tmp_path / "manifest.json"
+    pin(catalog, spec_from_dict(two_components(ref="v1"))).save(path)
+
+    assert delete_tag(catalog, ("raw", "text"), "v1") == tagged
+    component = Manifest.load(path).component("text")
+    assert component.snapshot_id == tagged and component.ref == "v1"
+    assert catalog.load_table(("raw", "text")).snapshot_by_id(tagged) is not None
+    with pytest.raises(RefNotFoundError, match="no tag or branch named 'v1'"):
+        pin(catalog, spec_from_dict(two_components(ref="v1")))
