@@ -92,8 +92,8 @@ def check_branch_free(table: Table | None, branch: str, name: str) -> None:
     if existing is not None and existing.snapshot_ref_type != "branch":
         raise PublishRefusedError(
             f"{name} has a tag {branch!r}, the name this run's audit branch needs (audit-<run-id>); nothing was "
-            f"committed. Run again with another --run-id (or none), or remove the tag with pyiceberg: "
-            f"catalog.load_table({name!r}).manage_snapshots().remove_tag({branch!r}).commit()"
+            f"committed. Run again with another --run-id (or none), or remove the tag: "
+            f"factory tag {name} {branch} --delete"
         )
 
 
@@ -189,8 +189,9 @@ def delete_tag(catalog: Catalog, identifier: tuple[str, ...], name: str) -> int:
 
     Only the name goes: the snapshot stays until it is expired, and what was pinned through the
     tag (a manifest, a snapshot's ``factory.inputs``) holds the snapshot id. Refused, the table
-    unchanged (``FactoryError``): a name no tag may take (``validate_tag_name``: ``main`` and
-    ``audit-*`` are the jobs' branches), a branch, a name the table has no ref by. The removal
+    unchanged (``FactoryError``): ``main``, a name no tag may take (``validate_tag_name``), a
+    branch, a name the table has no ref by. A *tag* named ``audit-*`` is removed: only another
+    tool makes one, and it stops the run whose audit branch it names (``check_branch_free``). The removal
     asserts at commit that the tag still names the snapshot read (pyiceberg's
     ``AssertRefSnapshotId``), so the id returned is the one the tag named when it went."""
     label = format_identifier(identifier)
@@ -218,15 +219,19 @@ def delete_tag(catalog: Catalog, identifier: tuple[str, ...], name: str) -> int:
 
 
 def _check_deletable_name(name: str, label: str) -> None:
-    """``validate_tag_name``, saying for ``main`` and ``audit-*`` that they are not removed this way
-    (its own message tells a new tag to choose another name)."""
-    if name == MAIN_BRANCH or name.startswith(AUDIT_PREFIX):
+    """Refuse ``main``, which is always the jobs' branch, and a name no ref may have. An
+    ``audit-*`` name passes: another engine or an older version may have made such a *tag*, which
+    stops the job whose run id it names (``check_branch_free``); ``delete_tag`` refuses it when it
+    is a branch."""
+    if name == MAIN_BRANCH:
         raise InvalidIdentifierError(
-            f"{name!r} names one of the jobs' branches ('{MAIN_BRANCH}', '{AUDIT_PREFIX}<run-id>'), not a tag; "
-            f"nothing removed. Branches are the jobs' and are not removed with `factory tag --delete`; "
+            f"{name!r} is the branch the jobs publish to, not a tag; nothing removed. "
             f"`factory snapshots {label}` lists the tags of {label}"
         )
-    validate_tag_name(name)
+    if name.startswith(AUDIT_PREFIX):
+        validate_ref_name(name)
+    else:
+        validate_tag_name(name)
 
 
 def move_tag(catalog: Catalog, identifier: tuple[str, ...], name: str, expected: int | None, snapshot_id: int) -> None:

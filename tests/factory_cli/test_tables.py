@@ -119,6 +119,12 @@ def test_delete_removes_the_tag_and_keeps_its_snapshot(catalog, capsys):
     assert '"doc_id": "a"' in capsys.readouterr().out
     # The name is free again: a new tag by it is no move, so no --force.
     assert main(["tag", "raw.t", "v1"]) == 0
+    capsys.readouterr()
+    # A tag by an audit branch's name (another tool's) stops the run it names: it can go too.
+    table = catalog.load_table(("raw", "t"))
+    table.manage_snapshots().create_tag(first, "audit-r2").commit()
+    assert main(["tag", "raw.t", "audit-r2", "--delete"]) == 0
+    assert "audit-r2" not in _refs(catalog)
 
 
 def test_delete_refuses_what_is_no_tag_of_the_table_and_changes_nothing(catalog, capsys):
@@ -128,8 +134,8 @@ def test_delete_refuses_what_is_no_tag_of_the_table_and_changes_nothing(catalog,
         (("raw.t@v1", "v1"), "--delete takes a table, not a pinned snapshot"),
         (("raw.t", "v1", "--force"), "not allowed with argument"),
         (("raw.t", "v2"), "raw.t has no tag 'v2' (its tags: v1)"),
-        (("raw.t", "main"), "not removed with `factory tag --delete`"),
-        (("raw.t", "audit-r1"), "not removed with `factory tag --delete`"),
+        (("raw.t", "main"), "'main' is the branch the jobs publish to, not a tag"),
+        (("raw.t", "audit-r1"), "'audit-r1' is a branch of raw.t, not a tag"),
         (("raw.t", "dev"), "'dev' is a branch of raw.t, not a tag"),
         (("raw.t", "--", "-weird"), "starting with a letter, digit or '_'"),
         (("raw.t", "v" * 5000), "at most 128"),
