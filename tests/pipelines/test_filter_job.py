@@ -275,12 +275,16 @@ def test_a_tag_holding_the_runs_audit_branch_name_is_refused_before_the_spark_pa
     output = catalog.load_table(("filtered", "web"))
     output.manage_snapshots().create_tag(output.current_snapshot().snapshot_id, "audit-f-t").commit()
     opts = FilterOptions("raw.web", "filtered.web", config_file, run_id="f-t")
-    with pytest.raises(
-        PublishRefusedError, match=r"has a tag 'audit-f-t'.*another --run-id.*remove_tag\('audit-f-t'\)"
-    ):
+    advice = "factory tag filtered.web audit-f-t --delete"
+    with pytest.raises(PublishRefusedError, match=rf"has a tag 'audit-f-t'.*another --run-id.*{advice}"):
         filter_documents(None, catalog, opts)
     assert catalog.load_table(("raw", "web")).current_snapshot().snapshot_id == snapshot_id
     assert not Path(output.location().removeprefix("file://"), "data", "runs").exists()
+    # The advice works: the tag goes, the branch's name is free.
+    from factory_cli.main import main
+
+    assert main(advice.split()[1:]) == 0
+    assert "audit-f-t" not in catalog.load_table(("filtered", "web")).metadata.refs
 
 
 def test_an_output_refused_for_its_columns_leaves_no_table_made(catalog, config_file):
