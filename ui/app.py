@@ -27,6 +27,7 @@ from lakehouse.catalog import load_table, resolve
 from lakehouse.commit import snapshot_stats, summary_properties
 from lakehouse.decisions import VERDICTS
 from lakehouse.errors import FactoryError, RefNotFoundError, TableNotFoundError
+from lakehouse.redact import redact
 from lakehouse.refs import parse_identifier
 from lakehouse.schemas import CLUSTERS_SCHEMA, QUARANTINE_SCHEMA
 from ui import clusters as cluster_pages
@@ -69,6 +70,8 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
     env.filters["q"] = lambda value: quote(str(value), safe="")
     env.filters["pretty"] = lambda value: json.dumps(value, indent=2, sort_keys=True, default=str)
     env.filters["num"] = _number
+    # A data file's URI can carry a key or a signature (s3://KEY:SECRET@bucket, ?sig=): masked on a page.
+    env.filters["redact"] = redact
     env.globals.update(NODE_W=NODE_W, NODE_H=NODE_H, snapshot_href=snapshot_href)
     app = FastAPI(title="Model Factory", docs_url=None, redoc_url=None, openapi_url=None)
     app.router.route_class = _PageRoute  # before any route: every page, the inspection pages' too
