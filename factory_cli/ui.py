@@ -14,7 +14,12 @@ from lakehouse.errors import InputError
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "ui") -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
-    parser.add_argument("--port", type=int, default=8321, help="port (default: 8321; 0 picks a free one)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=8321,
+        help="port (default: 8321; 0 picks a free one: the URL printed once listening names it)",
+    )
     parser.add_argument(
         "--runs",
         action="append",

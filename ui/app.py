@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote
@@ -17,6 +18,7 @@ from urllib.parse import quote
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
+from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader
 from pyiceberg.schema import Schema
 from starlette.exceptions import HTTPException
@@ -25,6 +27,7 @@ from lakehouse.catalog import load_table, resolve
 from lakehouse.commit import snapshot_stats, summary_properties
 from lakehouse.decisions import VERDICTS
 from lakehouse.errors import FactoryError, RefNotFoundError, TableNotFoundError
+from lakehouse.redact import redact
 from lakehouse.refs import parse_identifier
 from lakehouse.schemas import CLUSTERS_SCHEMA, QUARANTINE_SCHEMA
 from ui import clusters as cluster_pages
@@ -49,13 +52,29 @@ CSP = (
 )
 
 
+class _PageRoute(APIRoute):
+    """FastAPI's route, which also answers HEAD wherever it answers GET.
+
+    HTTP has HEAD answered as GET, without the body (uvicorn leaves the body out); load balancers'
+    health checks and ``curl -I`` send it. Starlette's plain ``Route`` adds HEAD to GET, FastAPI's
+    ``APIRoute`` answers only the methods it is given, so each page answered HEAD with a 405."""
+
+    def __init__(self, path: str, endpoint: Callable, *, methods: Collection[str] | None = None, **kwargs) -> None:
+        if methods is not None and "GET" in {method.upper() for method in methods}:
+            methods = {*methods, "HEAD"}
+        super().__init__(path, endpoint, methods=methods, **kwargs)
+
+
 def create_app(sources: Sources, generation: GenerationSettings | None = None) -> FastAPI:
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True)
     env.filters["q"] = lambda value: quote(str(value), safe="")
     env.filters["pretty"] = lambda value: json.dumps(value, indent=2, sort_keys=True, default=str)
     env.filters["num"] = _number
+    # A data file's URI can carry a key or a signature (s3://KEY:SECRET@bucket, ?sig=): masked on a page.
+    env.filters["redact"] = redact
     env.globals.update(NODE_W=NODE_W, NODE_H=NODE_H, snapshot_href=snapshot_href)
     app = FastAPI(title="Model Factory", docs_url=None, redoc_url=None, openapi_url=None)
+    app.router.route_class = _PageRoute  # before any route: every page, the inspection pages' too
 
     def page(template: str, code: int = 200, **context) -> HTMLResponse:
         html = env.get_template(template).render(**context)

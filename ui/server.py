@@ -7,6 +7,8 @@
 - Arrow's memory pool is jemalloc, not the default mimalloc: mimalloc keeps what each thread freed,
   and the app reads Parquet on many threads at once, so the server's memory grew with each new
   read; jemalloc hands freed memory back (docs/benchmarks.md, "The UI under load").
+- Once listening, it prints the URL it listens on to stdout, ``-q`` or not: uvicorn's own line
+  goes to the log, which ``-q`` silences, and with ``--port 0`` nothing else names the port.
 """
 
 from __future__ import annotations
@@ -59,8 +61,28 @@ def check_can_listen(host: str, port: int) -> None:
             ) from None
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, which prints the URL it listens on once it does."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            # The bound socket's port, not the one asked for: --port 0 asks the system for any.
+            port = self.servers[0].sockets[0].getsockname()[1]
+            print(f"listening on {_url(self.config.host, port)}", flush=True)
+
+
+def _url(host: str, port: int) -> str:
+    """``http://host:port``, an IPv6 address in brackets (as uvicorn writes it)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def serve(app: FastAPI, host: str, port: int, log_level: str) -> None:
     """Serve ``app`` until interrupted."""
     with contextlib.suppress(NotImplementedError):  # a pyarrow built without jemalloc: its default pool
         pa.set_memory_pool(pa.jemalloc_memory_pool())
-    uvicorn.run(app, host=host, port=port, log_level=log_level, http=_Protocol)
+    server = _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, http=_Protocol))
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C stops the server: a normal end, as uvicorn.run has it
+        server.run()
+    if not server.started:  # as uvicorn.run exits when it could not start (the port taken meanwhile)
+        raise SystemExit(3)

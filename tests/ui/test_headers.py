@@ -1,5 +1,6 @@
 """Every response the UI sends carries its Content-Security-Policy: pages, every error page, and the
-400 that `factory ui`'s server writes itself for a request too malformed to reach the app."""
+400 that `factory ui`'s server writes itself for a request too malformed to reach the app. And HEAD
+is answered as GET, without the body."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from urllib.parse import urlsplit
 
 import pytest
 from starlette.testclient import TestClient
@@ -15,6 +17,7 @@ from starlette.testclient import TestClient
 import ui.app
 from tests.conftest import REPO
 from tests.corpora import make_table
+from tests.ui.served import served_ui
 from ui.app import CSP, create_app
 from ui.sources import Sources
 
@@ -67,18 +70,38 @@ def test_the_servers_own_400_for_a_malformed_request_carries_the_policy(catalog,
     )
     try:
         for malformed in (b"GET /x y z\r\n\r\n", b"GET / HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n"):
-            status, headers = _ask(port, malformed)
+            status, headers, _ = _ask(port, malformed)
             assert status.startswith(b"HTTP/1.1 400"), status
             assert headers.get(b"content-security-policy") == CSP.encode()
-        status, headers = _ask(port, b"GET /tables/bad..name HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        status, headers, _ = _ask(port, b"GET /tables/bad..name HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         assert status.startswith(b"HTTP/1.1 400") and headers.get(b"content-security-policy") == CSP.encode()
     finally:
         server.terminate()
         server.wait(timeout=30)
 
 
-def _ask(port: int, request: bytes) -> tuple[bytes, dict[bytes, bytes]]:
-    """The status line and headers the server answers ``request`` with, sent as raw bytes."""
+@pytest.mark.engine
+def test_head_is_answered_as_get_without_the_body(catalog, factory_home):
+    # A load balancer's health check and `curl -I` send HEAD; FastAPI's routes answered it with a 405.
+    make_table(catalog, "raw.web", 5, files=1)
+    pages = ["/", "/tables/raw.web", "/tables/raw.web/snapshots/main/documents", "/decisions", "/samples"]
+    with served_ui() as url:
+        port = urlsplit(url).port
+        for path, code in [*((page, b"200") for page in pages), ("/tables/raw.nothing", b"404")]:
+            _, _, get_body = _ask(port, _request("GET", path))
+            status, headers, body = _ask(port, _request("HEAD", path))
+            assert status.split(b" ")[1] == code, (path, status)
+            assert body == b"" and headers[b"content-length"] == str(len(get_body)).encode(), path
+            assert headers[b"content-security-policy"] == CSP.encode()
+
+
+def _request(method: str, path: str) -> bytes:
+    return f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+
+
+def _ask(port: int, request: bytes) -> tuple[bytes, dict[bytes, bytes], bytes]:
+    """The status line, headers and body the server answers ``request`` with, sent as raw bytes
+    (every request here ends with the server closing the connection)."""
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -91,10 +114,8 @@ def _ask(port: int, request: bytes) -> tuple[bytes, dict[bytes, bytes]]:
     with connection:
         connection.sendall(request)
         answer = b""
-        while b"\r\n\r\n" not in answer:
-            chunk = connection.recv(65536)
-            if not chunk:
-                break
+        while chunk := connection.recv(65536):
             answer += chunk
-    status, *lines = answer.split(b"\r\n\r\n")[0].split(b"\r\n")
-    return status, {k.strip().lower(): v.strip() for k, v in (line.split(b":", 1) for line in lines)}
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status, *lines = head.split(b"\r\n")
+    return status, {k.strip().lower(): v.strip() for k, v in (line.split(b":", 1) for line in lines)}, body

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import unquote
 
+import httpx
 import pyarrow as pa
 import pytest
 from pyiceberg.schema import Schema
@@ -27,6 +28,7 @@ from tests.decisions import (
     pinned_manifest,
     write_run_record,
 )
+from tests.ui.served import served_ui
 from ui import documents
 from ui.app import create_app
 from ui.sources import Sources
@@ -314,6 +316,30 @@ def test_a_gate_decision_shows_its_metrics_by_seed_and_links_to_its_evidence(cli
     sorted_trials = client.get("/sweeps?sweep=gate-code-0a1b&sort=final_loss")
     assert 'href="/sweeps?sweep=gate-code-0a1b&amp;sort=trial_id"' in sorted_trials.text  # sorting keeps the sweep
     assert "other-sweep" in client.get("/sweeps").text
+
+
+@pytest.mark.engine
+def test_the_manifest_page_masks_a_credential_a_data_files_uri_holds(catalog, factory_home):
+    # A manifest lists its data files' URIs as the catalog gave them: keys in the userinfo, a signed query.
+    path = factory_home / "mixtures" / "manifest.json"
+    pinned, _, _ = pinned_manifest(catalog, path)
+    uris = [
+        "s3://AKIAFAKEKEYID:FAKESECRETKEY@bucket/data/f.parquet",
+        "https://a.blob.core.windows.net/c/f.parquet?sv=1&sig=FAKESIGNATURE",
+    ]
+    components = [
+        replace(c, files=(replace(c.files[0], path=uri), *c.files[1:]))
+        for c, uri in zip(pinned.components, uris, strict=True)
+    ]
+    manifest = replace(pinned, components=tuple(components))
+    manifest.save(path)
+    with served_ui() as url:
+        page = httpx.get(f"{url}/manifests/{manifest.fingerprint}", timeout=30)
+    assert page.status_code == 200, page.text[-500:]
+    text = html.unescape(page.text)
+    leaked = [secret for secret in ("AKIAFAKEKEYID", "FAKESECRETKEY", "FAKESIGNATURE") if secret in text]
+    assert not leaked, f"the manifest page shows {leaked}"
+    assert "s3://***:***@bucket/data/f.parquet" in text and "/c/f.parquet?sv=1&sig=***" in text
 
 
 def test_a_mixture_decision_links_its_manifest_and_snapshots(client, decided):

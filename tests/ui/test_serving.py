@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO, run_factory
+from tests.ui.served import served_ui
 
 
 @pytest.mark.engine
@@ -67,3 +68,12 @@ def test_factory_ui_refuses_playground_limits_that_cannot_work(factory_home):
     for flags in (["--models", "0"], ["--generate-timeout", "0"]):
         done = run_factory("ui", *flags)
         assert done.returncode == 2 and "--generate-workers and --models must be 1 or more" in done.stderr, flags
+
+
+@pytest.mark.engine
+def test_factory_ui_quiet_on_a_free_port_prints_the_url_it_listens_on(factory_home):
+    # uvicorn's "Uvicorn running on" line, the only one that named the port, is a log line -q silences.
+    (factory_home / "warehouse").mkdir(parents=True)
+    with served_ui() as url:
+        home = httpx.get(url + "/", timeout=30)
+        assert home.status_code == 200 and "Model Factory" in home.text
