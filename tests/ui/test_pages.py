@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -414,3 +415,17 @@ def test_a_decision_is_escaped_everywhere_it_is_shown(client, decided, catalog):
         assert 'href="javascript:' not in response.text, url
     (sweep,) = links(pages[target].text, "evidence-link")
     assert unquote(sweep.removeprefix("/sweeps?sweep=")) == f"s{XSS}"
+
+
+def test_a_snapshot_page_masks_a_credential_its_recorded_inputs_hold(catalog, client):
+    # The jobs record inputs redacted; another writer (or an older version) need not have.
+    table = make_table(catalog, "raw.web", 3, files=1)
+    inputs = [{"uri": "s3://AKIAFAKEKEYID:FAKESECRETKEY@bucket/crawl/a.jsonl", "files": 1}]
+    properties = {"factory.job": "ingest", "factory.run_id": "r", "factory.inputs": json.dumps(inputs)}
+    table.append(table.scan().to_arrow().slice(0, 1), snapshot_properties=properties)
+    snapshot_id = catalog.load_table(("raw", "web")).current_snapshot().snapshot_id
+    page = client.get(f"/tables/raw.web/snapshots/{snapshot_id}")
+    assert page.status_code == 200, page.text[-500:]
+    text = html.unescape(page.text)
+    assert "FAKESECRETKEY" not in text and "AKIAFAKEKEYID" not in text
+    assert "s3://***:***@bucket/crawl/a.jsonl" in text
