@@ -111,6 +111,9 @@ def check_text(text: str, max_doc_bytes: int) -> tuple[str, str] | None:
     return None
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def decode_utf8(raw: bytes) -> tuple[str | None, str | None]:
     """``(text, None)`` or ``(None, detail)`` for bytes that are not valid UTF-8."""
     try:
@@ -123,6 +126,9 @@ def jsonl_records(lines: Iterable[bytes], origin: str, cfg: RecordConfig) -> Ite
     """One row per non-blank line of a JSONL file; ``origin`` is its input-relative path."""
     for line_no, line in enumerate(lines, start=1):
         line = line.rstrip(b"\r\n")
+        if line_no == 1:
+            # Windows editors start UTF-8 files with a byte order mark; RFC 8259 lets a parser ignore it.
+            line = line.removeprefix(UTF8_BOM)
         if not line.strip():
             continue
         position = f"{origin}:{line_no}"
@@ -161,7 +167,8 @@ def _mapping_record(obj: dict, position: str, origin: str, ordinal: int, cfg: Re
         if text is None:
             return refuse("invalid-utf8", bad_utf8, key, path)
     if text is None:
-        return refuse("missing-text", f"no text field {cfg.text_field!r}", key, path)
+        missing = "is null" if cfg.text_field in obj else "is missing"
+        return refuse("missing-text", f"text field {cfg.text_field!r} {missing}", key, path)
     if not isinstance(text, str):
         return refuse("missing-text", f"field {cfg.text_field!r} is {type(text).__name__}, not a string", key, path)
     problem = check_text(text, cfg.max_doc_bytes)

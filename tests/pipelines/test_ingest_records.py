@@ -65,6 +65,18 @@ def test_blank_lines_are_not_records_and_positions_count_lines():
     assert rows[0]["doc_id"] == doc_id_for("web", "f.jsonl:1")
 
 
+def test_a_byte_order_mark_opening_the_file_is_ignored_and_one_inside_it_is_refused():
+    bom = b"\xef\xbb\xbf"
+    rows = list(jsonl_records([bom + b'{"text":"a"}\r\n', bom + b'{"text":"b"}\n'], "f.jsonl", RecordConfig("web")))
+    assert (rows[0]["reason"], rows[0]["text"]) == (None, "a")
+    assert rows[1]["reason"] == "malformed-json"
+
+
+def test_a_missing_text_says_whether_the_field_is_absent_or_null():
+    details = [one(line)["detail"] for line in (b'{"id": 1}', b'{"id": 1, "text": null}')]
+    assert details == ["text field 'text' is missing", "text field 'text' is null"]
+
+
 def test_optional_fields_fill_path_and_lang():
     cfg = RecordConfig(source="web", path_field="url", lang_field="lang")
     row = one(b'{"text": "x", "url": "http://e.com", "lang": "en"}', cfg)
