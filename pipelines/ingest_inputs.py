@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import fnmatch
 import io
+import logging
 import math
+import os
 import posixpath
+import stat
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -20,6 +23,8 @@ import pyarrow.parquet as pq
 from lakehouse.errors import InputError
 from lakehouse.redact import redact
 from pipelines.ingest_records import RecordConfig, file_record, jsonl_records, mapping_records, refused
+
+log = logging.getLogger("factory.ingest")
 
 FORMATS = ("jsonl", "parquet", "files")
 
@@ -63,34 +68,53 @@ class InputFile:
 def discover(
     paths: Sequence[str], fmt: str, include: Sequence[str] = (), exclude: Sequence[str] = ()
 ) -> list[InputFile]:
-    """Every input file under ``paths``, sorted by relative path.
+    """Every input file under ``paths``, sorted by relative path; each file once.
 
     A file's relative path is taken from the parent of the argument that named it, so
     ``/usr/lib/python3.11`` yields ``python3.11/json/decoder.py``: the same input gives the
-    same paths (and so the same document ids) wherever it lies.
+    same paths (and so the same document ids) wherever it lies. A file reached twice (named by
+    two arguments, or through a symlink or hard link) is read once, under its first name.
     """
     if fmt not in FORMATS:
         raise InputError(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if not paths:
         raise InputError("no input paths given")
+    if any(not given for given in paths):
+        # "$DATA" with DATA unset: Path("") is the current folder, which nobody meant to ingest.
+        raise InputError("an input path is empty (an unset shell variable?); give the files or folders to ingest")
+    default = not include
     include = tuple(include) or DEFAULT_INCLUDE[fmt]
     found: dict[str, InputFile] = {}
+    seen: dict[tuple, InputFile] = {}  # a file's identity -> its first naming
     for given in paths:
-        for item in _expand(given, include, tuple(exclude)):
+        for item, identity in _expand(given, include, tuple(exclude), default):
+            first = seen.get(identity)
+            if first is not None:
+                log.info(
+                    "%s is the same file as %s: read once, as %s", redact(item.uri), redact(first.uri), first.relpath
+                )
+                continue
             other = found.get(item.relpath)
             if other is not None and other.uri != item.uri:
                 raise InputError(
                     f"two inputs share the relative path {item.relpath!r} ({other.uri} and {item.uri}); "
                     "their document ids would collide. Ingest them separately or give their parent folders."
                 )
-            found[item.relpath] = item
+            seen[identity] = found[item.relpath] = item
     if not found:
         raise InputError(f"no {fmt} input files found under {', '.join(paths)} (include: {', '.join(include)})")
     return sorted(found.values(), key=lambda f: f.relpath)
 
 
-def _expand(given: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> Iterator[InputFile]:
-    uri = given if "://" in given else Path(given).resolve().as_uri()
+# A listed file: its path in its filesystem, its path inside the input, its size, and what it is
+# (a local file's device and inode, so that a file reached twice is read once; else its path).
+Listed = tuple[str, str, int, tuple]
+
+
+def _expand(
+    given: str, include: tuple[str, ...], exclude: tuple[str, ...], default: bool = False
+) -> Iterator[tuple[InputFile, tuple]]:
+    uri = _local_uri(given) if "://" not in given else given
     try:
         fs, root = pafs.FileSystem.from_uri(uri)
     except (pa.ArrowInvalid, ValueError) as exc:  # an unknown scheme, a malformed URI
@@ -98,23 +122,163 @@ def _expand(given: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> I
             f"cannot read input {redact(given)}: {redact(str(exc))} (local paths, file://, s3://, gs://, hdfs:// "
             "and the other filesystems pyarrow knows are read)"
         ) from None
-    info = fs.get_file_info(root)
-    if info.type == pafs.FileType.NotFound:
-        raise InputError(f"input {redact(given)} does not exist")
-    if info.type == pafs.FileType.File:
-        yield InputFile(_shown_uri(uri, root), posixpath.basename(root), info.size, uri, root)
-        return
+    local = isinstance(fs, pafs.LocalFileSystem)
+    listed = _list_local(given, root, exclude) if local else _list_store(given, fs, root)
     base = posixpath.dirname(root.rstrip("/"))
-    for entry in fs.get_file_info(pafs.FileSelector(root, recursive=True)):
-        if entry.type != pafs.FileType.File:
+    unmatched: list[str] = []
+    for path, inner, size, identity in listed:
+        if inner and SKIPPED_DIRS.intersection(inner.split("/")[:-1]):
             continue
-        relpath = posixpath.relpath(entry.path, base)
-        inner = posixpath.relpath(entry.path, root)
-        if SKIPPED_DIRS.intersection(inner.split("/")[:-1]):
+        if inner and _matches(inner, exclude):
             continue
-        if not _matches(inner, include) or _matches(inner, exclude):
+        if inner and not _matches(inner, include, fold_case=default):
+            unmatched.append(inner)
             continue
-        yield InputFile(_shown_uri(uri, entry.path), relpath, entry.size, uri, entry.path)
+        if local:
+            _check_name(given, path, inner)
+        relpath = posixpath.relpath(path, base) if inner else posixpath.basename(root)
+        yield InputFile(_shown_uri(uri, path), relpath, size, uri, path), identity
+    if unmatched:
+        # Not an error (a folder often holds notes, schemas, other formats), but never silent: a
+        # file named *.JSONL or *.json left out by surprise is a whole part of the corpus missing.
+        log.info(
+            "%s: %d file(s) match no include pattern and are skipped (e.g. %s); --include GLOB takes them",
+            redact(given),
+            len(unmatched),
+            ", ".join(_shown_name(n) for n in unmatched[:3]),
+        )
+
+
+def _local_uri(given: str) -> str:
+    try:
+        resolved = Path(given).resolve()
+    except (RuntimeError, OSError) as exc:  # Python 3.11 raises RuntimeError on a symlink loop
+        raise InputError(
+            f"cannot read input {_shown_name(given)}: {exc}; it is a symlink loop or a broken link: fix or remove it"
+        ) from None
+    _check_name(given, str(resolved), "")
+    return resolved.as_uri()
+
+
+def _list_store(given: str, fs: pafs.FileSystem, root: str) -> Iterator[Listed]:
+    """An object store's (or another pyarrow filesystem's) files: no symlinks there to loop."""
+    try:
+        info = fs.get_file_info(root)
+        if info.type == pafs.FileType.NotFound:
+            raise InputError(f"input {redact(given)} does not exist")
+        if info.type == pafs.FileType.File:
+            yield root, "", info.size, (_shown_uri(given, root),)
+            return
+        entries = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+    except OSError as exc:  # refused keys, no such bucket, an unreachable store
+        raise InputError(
+            f"cannot list input {redact(given)}: {redact(str(exc))}; check its address and the access it is given"
+        ) from None
+    for entry in entries:
+        if entry.type == pafs.FileType.File:
+            yield entry.path, posixpath.relpath(entry.path, root), entry.size, (_shown_uri(given, entry.path),)
+
+
+def _list_local(given: str, root: str, exclude: tuple[str, ...] = ()) -> Iterator[Listed]:
+    """A local input's regular files, in name order.
+
+    Folder symlinks are followed (a data folder often links in shards kept elsewhere), but each
+    real folder, by device and inode, is listed once: a link back to a folder above (a loop) or a
+    second link to a folder already listed adds nothing, so no file is read twice and no listing
+    runs forever. A broken or looping file link, a FIFO, a socket or a device is no document:
+    such an entry is skipped with a warning (a FIFO would block the reading task forever). A
+    folder whose path inside the input, with a trailing slash, matches an --exclude pattern
+    (``logs/*``, ``*/tmp/*``) is not listed at all, so an unreadable one can be left out."""
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        raise InputError(f"input {_shown_name(given)} does not exist") from None
+    except OSError as exc:
+        raise InputError(f"cannot read input {_shown_name(given)}: {exc.strerror}; {_access_hint(exc)}") from None
+    if stat.S_ISREG(st.st_mode):
+        yield root, "", st.st_size, (st.st_dev, st.st_ino)
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise InputError(
+            f"input {_shown_name(given)} is neither a file nor a folder (a FIFO, socket or device); "
+            "give the files or folders to ingest"
+        )
+    listed_dirs = {(st.st_dev, st.st_ino): ""}
+    stack = [(root, "")]
+    while stack:
+        folder, inner = stack.pop()
+        subfolders = []
+        for entry in _scan(given, folder):
+            entry_inner = posixpath.join(inner, entry.name) if inner else entry.name
+            try:
+                est = entry.stat()  # follows symlinks
+            except OSError as exc:
+                log.warning(
+                    "%s: skipping %s: %s (a broken or looping link?)",
+                    _shown_name(given),
+                    _shown_name(entry_inner),
+                    exc.strerror,
+                )
+                continue
+            if stat.S_ISREG(est.st_mode):
+                yield entry.path, entry_inner, est.st_size, (est.st_dev, est.st_ino)
+            elif stat.S_ISDIR(est.st_mode):
+                if entry.name in SKIPPED_DIRS or any(fnmatch.fnmatchcase(entry_inner + "/", p) for p in exclude):
+                    continue
+                key = (est.st_dev, est.st_ino)
+                if key in listed_dirs:
+                    log.info(
+                        "%s: not listing %s: it leads to the folder %s, listed already (a symlink loop or a second link)",
+                        _shown_name(given),
+                        _shown_name(entry_inner),
+                        _shown_name(listed_dirs[key] or "the input itself"),
+                    )
+                    continue
+                listed_dirs[key] = entry_inner
+                subfolders.append((entry.path, entry_inner))
+            else:
+                log.warning(
+                    "%s: skipping %s: not a regular file (a FIFO, socket or device)",
+                    _shown_name(given),
+                    _shown_name(entry_inner),
+                )
+        stack.extend(reversed(subfolders))  # depth first, in name order
+
+
+def _scan(given: str, folder: str) -> list[os.DirEntry]:
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(entries, key=lambda e: e.name)
+    except OSError as exc:
+        raise InputError(
+            f"cannot list folder {_shown_name(folder)} of input {_shown_name(given)}: {exc.strerror}; "
+            f"{_access_hint(exc)}, or leave it out with --exclude"
+        ) from None
+
+
+def _access_hint(exc: OSError) -> str:
+    if isinstance(exc, PermissionError):
+        return "grant the user running this command read access to it"
+    return "check that it exists and can be read"
+
+
+def _check_name(given: str, path: str, inner: str) -> None:
+    """Refuse a path that is not valid UTF-8: its relative path makes the documents' ids and
+    paths (text), and pyarrow opens files by UTF-8 path, so such a file cannot be read at all.
+    Refused, not skipped: skipping would leave part of the input out with only a log line."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        where = f"folder {_shown_name(given)} holds {_shown_name(inner)}" if inner else f"input {_shown_name(path)}"
+        raise InputError(
+            f"{where}, a name that is not valid UTF-8; rename it (e.g. with convmv -f latin1 -t utf8)"
+            + (", or leave it out with --exclude" if inner else "")
+        ) from None
+
+
+def _shown_name(name: str) -> str:
+    """A path as printable text: bytes that are not UTF-8 shown as ``\\xe9``."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
 def _shown_uri(given: str, path: str) -> str:
@@ -127,8 +291,12 @@ def _shown_uri(given: str, path: str) -> str:
     return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{path}"
 
 
-def _matches(relpath: str, patterns: tuple[str, ...]) -> bool:
+def _matches(relpath: str, patterns: tuple[str, ...], fold_case: bool = False) -> bool:
+    """Whether the file's name or its path inside the input matches a pattern. The default
+    patterns match any case (``B.JSONL`` is JSONL too); patterns given are matched as typed."""
     name = posixpath.basename(relpath)
+    if fold_case:
+        name, relpath = name.lower(), relpath.lower()
     return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(relpath, p) for p in patterns)
 
 

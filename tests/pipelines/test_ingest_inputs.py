@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import gzip
+import logging
+import os
+import re
+import types
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 import zstandard
 
 from lakehouse.errors import InputError
+from pipelines import ingest_inputs
 from pipelines.ingest_inputs import InputFile, check_fields, discover, encode_group, plan_tasks, read_records
 from pipelines.ingest_records import RecordConfig
 
@@ -129,3 +135,107 @@ def test_jsonl_files_whose_first_records_lack_the_named_field_are_refused(tmp_pa
     # A corrupt file is not judged here: the job quarantines it as `unreadable`, as before.
     (tmp_path / "corrupt.parquet").write_bytes(b"not parquet at all")
     check_fields(discover([str(tmp_path / "corrupt.parquet")], "parquet"), "parquet", cfg)
+
+
+def _relpaths(paths: list, fmt: str = "jsonl", **kw) -> list[str]:
+    return [f.relpath for f in discover([str(p) for p in paths], fmt, **kw)]
+
+
+def test_a_name_that_is_not_utf8_is_refused_naming_it_unless_excluded(tmp_path):
+    folder = tmp_path / "n"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text('{"text": "x"}\n')
+    bad = os.path.join(os.fsencode(folder), b"lat\xe9.jsonl")
+    with open(bad, "wb") as f:
+        f.write(b'{"text": "x"}\n')
+    with pytest.raises(InputError, match=r"folder .*n holds lat\\xe9\.jsonl.*not valid UTF-8; rename it.*--exclude"):
+        discover([str(folder)], "jsonl")
+    assert _relpaths([folder], exclude=["lat*"]) == ["n/a.jsonl"]
+    with pytest.raises(InputError, match=r"input .*lat\\xe9\.jsonl, a name that is not valid UTF-8; rename it"):
+        discover([os.fsdecode(bad)], "jsonl")
+
+
+def test_symlink_loops_and_second_links_list_each_real_file_once(tmp_path):
+    loop = tmp_path / "L"
+    loop.mkdir()
+    (loop / "f.jsonl").write_text('{"text": "x"}\n')
+    (loop / "loop").symlink_to("../L")
+    assert _relpaths([loop]) == ["L/f.jsonl"]
+    two = tmp_path / "L2"
+    two.mkdir()
+    (two / "f.jsonl").write_text('{"text": "x"}\n')
+    (two / "l1").symlink_to(".")
+    (two / "l2").symlink_to(".")
+    assert _relpaths([two]) == ["L2/f.jsonl"]
+    # A folder linked in from elsewhere is followed; a file linked twice is read once, first name kept.
+    (tmp_path / "shard").mkdir()
+    (tmp_path / "shard" / "s.jsonl").write_text('{"text": "s"}\n')
+    (two / "shard").symlink_to(tmp_path / "shard")
+    (two / "g.jsonl").symlink_to("f.jsonl")
+    assert _relpaths([two]) == ["L2/f.jsonl", "L2/shard/s.jsonl"]
+    (tmp_path / "self.jsonl").symlink_to("self.jsonl")
+    with pytest.raises(InputError, match=r"self\.jsonl.*symlink loop"):
+        discover([str(tmp_path / "self.jsonl")], "jsonl")
+    (two / "self.jsonl").symlink_to("self.jsonl")  # inside a folder: skipped, with a warning
+    assert _relpaths([two]) == ["L2/f.jsonl", "L2/shard/s.jsonl"]
+
+
+def test_a_file_named_by_two_arguments_is_read_once_under_its_first_name(tmp_path):
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "a.jsonl").write_text('{"text": "x"}\n')
+    assert _relpaths([tmp_path / "base", tmp_path / "base" / "a.jsonl"]) == ["base/a.jsonl"]
+    assert _relpaths([tmp_path / "base" / "a.jsonl", tmp_path / "base"]) == ["a.jsonl"]
+
+
+def test_an_unreadable_folder_or_a_fifo_is_refused_naming_the_input(tmp_path, monkeypatch):
+    (tmp_path / "d" / "locked").mkdir(parents=True)
+    (tmp_path / "d" / "a.jsonl").write_text("")
+    real_scandir = os.scandir
+
+    def scandir(path):  # root ignores chmod: refuse the listing as a permission check would
+        if str(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    with pytest.raises(InputError, match=r"cannot list folder .*d/locked of input .*d: Permission denied; grant"):
+        discover([str(tmp_path / "d")], "jsonl")
+    assert _relpaths([tmp_path / "d"], exclude=["locked/*"]) == ["d/a.jsonl"]
+    os.mkfifo(tmp_path / "p.jsonl")
+    with pytest.raises(InputError, match=r"input .*p\.jsonl is neither a file nor a folder"):
+        discover([str(tmp_path / "p.jsonl")], "jsonl")
+    os.mkfifo(tmp_path / "d" / "q.jsonl")  # inside a folder: skipped, never opened
+    assert _relpaths([tmp_path / "d"], exclude=["locked/*"]) == ["d/a.jsonl"]
+
+
+def test_a_store_listing_error_is_an_input_error_naming_the_input(monkeypatch):
+    class Refusing:  # a store that refuses the listing, as S3 does keys without s3:ListBucket
+        def get_file_info(self, what):
+            raise OSError("When listing objects under key 'crawl' in bucket 'b': AWS Error ACCESS_DENIED")
+
+    class FileSystem:
+        @staticmethod
+        def from_uri(uri):
+            return Refusing(), "b/crawl"
+
+    monkeypatch.setattr(ingest_inputs, "pafs", types.SimpleNamespace(**{**vars(pafs), "FileSystem": FileSystem}))
+    with pytest.raises(InputError, match=r"cannot list input s3://b/crawl/: .*ACCESS_DENIED; check its address"):
+        discover(["s3://b/crawl/"], "jsonl")
+
+
+def test_an_empty_path_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.jsonl").write_text("")
+    with pytest.raises(InputError, match="an input path is empty"):
+        discover([""], "jsonl")
+
+
+def test_files_matching_no_pattern_are_counted_and_default_patterns_ignore_case(tmp_path, caplog):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    for name in ["a.jsonl", "B.JSONL", "c.json", "e.jsonl.gz", "f.ndjson", "g.txt"]:
+        (folder / name).write_text("")
+    with caplog.at_level(logging.INFO, logger="factory.ingest"):
+        assert _relpaths([folder]) == ["m/B.JSONL", "m/a.jsonl", "m/e.jsonl.gz", "m/f.ndjson"]
+    assert re.search(r"m: 2 file\(s\) match no include pattern .*c\.json, g\.txt.*--include", caplog.text)
+    assert _relpaths([folder], include=["*.jsonl"]) == ["m/a.jsonl"]  # a pattern given is matched as typed
