@@ -27,7 +27,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from lakehouse.catalog import ensure_table
@@ -385,28 +385,35 @@ def _batched(rows: Iterator[dict]) -> Iterator[pa.RecordBatch]:
 def _mark_duplicate_ids(
     spark: SparkSession, parsed: DataFrame, documents, snapshot_id: int | None, label: str
 ) -> DataFrame:
-    """Refuse a second record with the same doc_id (in this input or already in the table's snapshot)."""
-    accepted = F.col("reason").isNull()
+    """Refuse a second record with the same doc_id (already in the table's snapshot, or earlier in
+    this input); the refusal names what it repeats."""
     if snapshot_id is not None:
         existing = (
             read_snapshot(spark, documents, snapshot_id, label).select("doc_id").withColumn("_exists", F.lit(True))
         )
         parsed = parsed.join(existing, "doc_id", "left")
-        already = accepted & F.col("_exists").isNotNull()
-        parsed = parsed.withColumn("reason", F.when(already, "duplicate-id").otherwise(F.col("reason"))).withColumn(
-            "detail", F.when(already, f"id already in {label}@{snapshot_id}").otherwise(F.col("detail"))
-        )
+        in_table = F.col("reason").isNull() & F.col("_exists").isNotNull()
+        parsed = _refuse_duplicates(parsed.withColumn("_dup", in_table), F.lit(f"id already in {label}@{snapshot_id}"))
+        parsed = parsed.drop("_exists")
     # Accepted records first, then by where they came from: the first occurrence is kept.
     order = Window.partitionBy("doc_id").orderBy(F.col("reason").isNotNull(), "origin", "ordinal")
-    repeat = accepted & (F.row_number().over(order) > 1)
-    first_path = F.first("path").over(order)
-    return parsed.withColumn("_repeat", repeat).select(
-        *[c for c in parsed.columns if c not in ("reason", "detail", "record", "_exists")],
-        F.when(F.col("_repeat"), "duplicate-id").otherwise(F.col("reason")).alias("reason"),
-        F.when(F.col("_repeat"), F.concat(F.lit("same id as "), first_path)).otherwise(F.col("detail")).alias("detail"),
-        F.when(F.col("_repeat"), F.substring(F.encode(F.col("text"), "UTF-8"), 1, QUARANTINE_RECORD_BYTES))
-        .otherwise(F.col("record"))
-        .alias("record"),
+    repeat = F.col("reason").isNull() & (F.row_number().over(order) > 1)
+    parsed = parsed.withColumn("_dup", repeat).withColumn("_first", F.first("path").over(order))
+    return _refuse_duplicates(parsed, F.concat(F.lit("same id as "), F.col("_first"))).drop("_first")
+
+
+def _refuse_duplicates(parsed: DataFrame, detail: Column) -> DataFrame:
+    """The rows flagged ``_dup`` become duplicate-id refusals with ``detail`` and their record, as
+    any refusal keeps it. The flag is a column of its own, computed before ``reason`` changes: an
+    expression over ``reason`` would see the new reason and flag nothing."""
+    dup = F.col("_dup")
+    # A document's record is None where it is its text's UTF-8 (a source file): no second copy.
+    record = F.coalesce(F.col("record"), F.substring(F.encode(F.col("text"), "UTF-8"), 1, QUARANTINE_RECORD_BYTES))
+    return parsed.select(
+        *[c for c in parsed.columns if c not in ("reason", "detail", "record", "_dup")],
+        F.when(dup, "duplicate-id").otherwise(F.col("reason")).alias("reason"),
+        F.when(dup, detail).otherwise(F.col("detail")).alias("detail"),
+        F.when(dup, record).otherwise(F.col("record")).alias("record"),
     )
 
 
