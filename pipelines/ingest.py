@@ -407,8 +407,9 @@ def _refuse_duplicates(parsed: DataFrame, detail: Column) -> DataFrame:
     any refusal keeps it. The flag is a column of its own, computed before ``reason`` changes: an
     expression over ``reason`` would see the new reason and flag nothing."""
     dup = F.col("_dup")
-    # A document's record is None where it is its text's UTF-8 (a source file): no second copy.
-    record = F.coalesce(F.col("record"), F.substring(F.encode(F.col("text"), "UTF-8"), 1, QUARANTINE_RECORD_BYTES))
+    # The document's text, not its raw record: keeping every record's raw bytes until this
+    # window would carry up to 64 KiB more per document through its shuffle, for the few repeats.
+    record = F.substring(F.encode(F.col("text"), "UTF-8"), 1, QUARANTINE_RECORD_BYTES)
     return parsed.select(
         *[c for c in parsed.columns if c not in ("reason", "detail", "record", "_dup")],
         F.when(dup, "duplicate-id").otherwise(F.col("reason")).alias("reason"),

@@ -64,11 +64,7 @@ def doc_id_for(source: str, key: str) -> str:
     return hashlib.sha256(f"{source}\x00{key}".encode()).hexdigest()[:32]
 
 
-def document(
-    cfg: RecordConfig, key: str, text: str, path: str, lang: str | None, origin: str, ordinal: int, raw: bytes | None
-) -> dict:
-    """A document row. It keeps its record (capped) for the run to quarantine if its id turns out
-    to be taken; ``raw`` None means the record is the text's UTF-8 (a source file), not kept twice."""
+def document(cfg: RecordConfig, key: str, text: str, path: str, lang: str | None, origin: str, ordinal: int) -> dict:
     return {
         "doc_id": doc_id_for(cfg.source, key),
         "source": cfg.source,
@@ -80,7 +76,7 @@ def document(
         "ordinal": ordinal,
         "reason": None,
         "detail": None,
-        "record": raw[:QUARANTINE_RECORD_BYTES] if raw is not None else None,
+        "record": None,
     }
 
 
@@ -153,10 +149,10 @@ def _json_record(raw: bytes, position: str, origin: str, ordinal: int, cfg: Reco
         return refuse("invalid-utf8" if "surrogate" in str(exc) else "malformed-json", str(exc))
     if not isinstance(obj, dict):
         return refuse("malformed-json", f"expected a JSON object, got {type(obj).__name__}")
-    return _mapping_record(obj, position, origin, ordinal, cfg, refuse, raw)
+    return _mapping_record(obj, position, origin, ordinal, cfg, refuse)
 
 
-def _mapping_record(obj: dict, position: str, origin: str, ordinal: int, cfg: RecordConfig, refuse, raw: bytes) -> dict:
+def _mapping_record(obj: dict, position: str, origin: str, ordinal: int, cfg: RecordConfig, refuse) -> dict:
     """A document from a record already parsed into fields (JSON object or Parquet row)."""
     key = position
     if cfg.id_field:
@@ -178,7 +174,7 @@ def _mapping_record(obj: dict, position: str, origin: str, ordinal: int, cfg: Re
     problem = check_text(text, cfg.max_doc_bytes)
     if problem:
         return refuse(*problem, key, path)
-    return document(cfg, key, text, path, _optional_str(obj, cfg.lang_field), origin, ordinal, raw)
+    return document(cfg, key, text, path, _optional_str(obj, cfg.lang_field), origin, ordinal)
 
 
 def _optional_str(obj: dict, name: str | None) -> str | None:
@@ -191,16 +187,14 @@ def _optional_str(obj: dict, name: str | None) -> str | None:
 def mapping_records(rows: Iterable[dict], origin: str, cfg: RecordConfig) -> Iterator[dict]:
     """One row per Parquet row (as a dict); the row number is its position."""
     for row_no, obj in enumerate(rows):
-        # The row as JSON is its record, for a refusal or for a document later refused as duplicate-id.
-        raw = orjson.dumps(obj, default=repr, option=orjson.OPT_NON_STR_KEYS)
-        refuse = _row_refuser(raw, origin, row_no, cfg)
-        yield _mapping_record(obj, f"{origin}#{row_no}", origin, row_no, cfg, refuse, raw)
+        yield _mapping_record(obj, f"{origin}#{row_no}", origin, row_no, cfg, _row_refuser(obj, origin, row_no, cfg))
 
 
-def _row_refuser(raw: bytes, origin: str, row_no: int, cfg: RecordConfig):
+def _row_refuser(obj: dict, origin: str, row_no: int, cfg: RecordConfig):
     position = f"{origin}#{row_no}"
 
     def refuse(reason: str, detail: str, key: str = position, path: str = position) -> dict:
+        raw = orjson.dumps(obj, default=repr, option=orjson.OPT_NON_STR_KEYS)
         return refused(cfg, key, path, origin, row_no, reason, detail, raw)
 
     return refuse
@@ -290,4 +284,4 @@ def file_record(relpath: str, size: int, read, cfg: RecordConfig) -> dict:
     lang = lang_from_path(relpath)
     if lang in _WEB_ASSETS and max(map(len, text.splitlines()), default=0) > MINIFIED_LINE_CHARS:
         return refuse("minified", f"a line longer than {MINIFIED_LINE_CHARS} characters in a {lang} file", raw)
-    return document(cfg, relpath, text, relpath, lang, relpath, 0, None)  # the text is the whole record
+    return document(cfg, relpath, text, relpath, lang, relpath, 0)

@@ -1,4 +1,4 @@
-"""A `duplicate-id` refusal keeps what it duplicates and the record, as the other reasons do
+"""A `duplicate-id` refusal keeps what it duplicates and the document's text
 (docs/jobs.md, "Ingest"): real Spark (local[2]) and a real SQLite Iceberg catalog."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def test_a_record_whose_id_is_in_the_table_keeps_the_snapshot_and_its_bytes(spar
     (row,) = rows(catalog, "upd.quarantine")
     assert row["reason"] == "duplicate-id"
     assert row["detail"] == f"id already in upd.docs@{first.documents.snapshot_id}"
-    assert row["record"] == corrected  # the new version is kept, not lost
+    assert row["record"] == b"version TWO, corrected"  # the new version's text is kept, not lost
     assert [d["text"] for d in rows(catalog, "upd.docs")] == ["version one"]
 
 
@@ -40,10 +40,10 @@ def test_a_file_read_again_without_flags_keeps_its_new_content(spark, catalog, t
     (row,) = rows(catalog, "raw.quarantine")
     assert (row["reason"], row["path"]) == ("duplicate-id", "data/a.jsonl:1")
     assert row["detail"] == f"id already in raw.docs@{first.documents.snapshot_id}"
-    assert row["record"] == b'{"text": "other content"}'
+    assert row["record"] == b"other content"
 
 
-def test_a_repeat_within_one_run_keeps_the_raw_record_capped(spark, catalog, tmp_path):
+def test_a_repeat_within_one_run_keeps_its_text_capped(spark, catalog, tmp_path):
     long_text = "y" * (QUARANTINE_RECORD_BYTES + 10)
     lines = [
         b'{"id": 1, "text": "the first"}',
@@ -60,15 +60,15 @@ def test_a_repeat_within_one_run_keeps_the_raw_record_capped(spark, catalog, tmp
         "a.jsonl:2": ("duplicate-id", "same id as a.jsonl:1"),
         "a.jsonl:4": ("duplicate-id", "same id as a.jsonl:3"),
     }
-    assert refused["a.jsonl:2"]["record"] == lines[1]  # the raw line, not only its text
-    assert refused["a.jsonl:4"]["record"] == lines[3][:QUARANTINE_RECORD_BYTES]
+    assert refused["a.jsonl:2"]["record"] == b"the second"
+    assert refused["a.jsonl:4"]["record"] == long_text.encode()[:QUARANTINE_RECORD_BYTES]
 
 
-def test_parquet_rows_and_source_files_keep_their_record_too(spark, catalog, tmp_path):
+def test_parquet_rows_and_source_files_keep_their_text_too(spark, catalog, tmp_path):
     pq.write_table(pa.table({"id": ["p", "p"], "text": ["one", "two"]}), tmp_path / "t.parquet")
     ingest(spark, catalog, options([tmp_path / "t.parquet"], "parquet", id_field="id"))
     (row,) = rows(catalog, "raw.quarantine")
-    assert (row["detail"], row["record"]) == ("same id as t.parquet#0", b'{"id":"p","text":"two"}')
+    assert (row["detail"], row["record"]) == ("same id as t.parquet#0", b"two")
 
     repo = tmp_path / "repo"
     repo.mkdir()
