@@ -107,6 +107,16 @@ class RunConfig:
     def __post_init__(self) -> None:
         _check(0 <= self.metrics_port < 65536, "run.metrics_port must be a port number (0 = no metrics server)")
 
+    def check_local_ranks(self, nproc: int) -> None:
+        """Each of a machine's ``nproc`` ranks serves metrics on ``metrics_port`` + its local rank:
+        the last one must be a port too (refused before torchrun starts, not on that rank)."""
+        last = self.metrics_port + nproc - 1
+        _check(
+            not self.metrics_port or last < 65536,
+            f"run.metrics_port {self.metrics_port} + local rank up to {nproc - 1} reaches {last}, past the last "
+            f"port 65535: set run.metrics_port to at most {65536 - nproc} for {nproc} ranks a machine",
+        )
+
 
 @dataclass
 class DataConfig:
