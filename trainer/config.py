@@ -262,7 +262,10 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     """``"train.steps=20"`` → ``("train", "steps", 20)``."""
     key, sep, raw = text.partition("=")
     section, dot, name = key.strip().partition(".")
-    _check(bool(sep and dot and section and name), f"--set takes section.key=value, got {text!r}")
+    # SECTION.NAME, not section.key: the redactor (lakehouse/redact.py) masks the value after a "key=".
+    _check(
+        bool(sep and dot and section and name), f"--set takes SECTION.NAME=VALUE (e.g. train.steps=20), got {text!r}"
+    )
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
