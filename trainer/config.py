@@ -106,6 +106,11 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         _check(0 <= self.metrics_port < 65536, "run.metrics_port must be a port number (0 = no metrics server)")
+        # "" is the current folder to pathlib: checkpoints/ and metrics.jsonl would land wherever the command ran.
+        _check(
+            bool(self.dir.strip()),
+            f'run.dir must name the run\'s folder (e.g. "runs/my-run"), got {self.dir!r}',
+        )
 
     def check_local_ranks(self, nproc: int) -> None:
         """Each of a machine's ``nproc`` ranks serves metrics on ``metrics_port`` + its local rank:

@@ -46,6 +46,9 @@ def test_presets_fill_model_dimensions_and_fields_override():
         ("optim.betas=[0.9, true]", "optim.betas must be a list of 2 values"),
         ("model.vocab_size=-5", "model.vocab_size must be >= 0"),
         ("model.rope_theta=-1.0", "rope_theta must be > 0"),
+        # "" wrote checkpoints/ and metrics.jsonl into the folder the command ran in.
+        ("run.dir=''", r"run\.dir must name the run's folder .*got ''"),
+        ("run.dir='  '", r"run\.dir must name the run's folder"),
     ],
 )
 def test_bad_values_are_refused_early(override, message):
