@@ -168,6 +168,8 @@ class OptimConfig:
         _check(self.lr > 0, "optim.lr must be > 0")
         _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "optim.betas must be two values in [0, 1)")
         _check(self.warmup_steps >= 0 and 0 <= self.min_lr_ratio <= 1, "optim warm-up >= 0 and min_lr_ratio in [0, 1]")
+        # A negative decay grows every weight each step (AdamW takes it as given) until the loss diverges.
+        _check(self.weight_decay >= 0, f"optim.weight_decay must be >= 0 (0: no decay), got {self.weight_decay}")
 
 
 @dataclass

@@ -49,6 +49,7 @@ def test_presets_fill_model_dimensions_and_fields_override():
         # "" wrote checkpoints/ and metrics.jsonl into the folder the command ran in.
         ("run.dir=''", r"run\.dir must name the run's folder .*got ''"),
         ("run.dir='  '", r"run\.dir must name the run's folder"),
+        ("optim.weight_decay=-0.1", r"optim\.weight_decay must be >= 0 \(0: no decay\), got -0\.1"),
     ],
 )
 def test_bad_values_are_refused_early(override, message):
