@@ -128,7 +128,7 @@ def load(
 
     Every file is checked before it is used: a missing, damaged or crafted one is a
     ``CheckpointError`` naming it (the small JSON files first, before the weights are read)."""
-    saved = read_marker(path)
+    saved = _read_marker(path)
     states = [_rank_state(path, rank, saved) for rank in range(saved["world_size"])]
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
@@ -142,7 +142,7 @@ def load(
     return Resumed(mine["step"], [s["loader"] for s in states], mine)
 
 
-def read_marker(path: Path) -> dict:
+def _read_marker(path: Path) -> dict:
     """The ``COMPLETE`` marker of checkpoint ``path``: ``{"step", "world_size"}``, checked.
 
     An unreadable marker is refused, not skipped by ``latest_checkpoint``: it is written last and
