@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,14 +112,8 @@ def _load_weights(path: Path, model: nn.Module) -> None:
     try:
         read_state(path, state, no_dist=True)
     except (RuntimeError, CheckpointException) as exc:
-        cause = _first_failure(exc)
-        if isinstance(cause, (OSError, EOFError, pickle.UnpicklingError)):
-            raise CheckpointError(
-                f"{path} cannot be read: a file of it is missing or damaged ({type(cause).__name__}"
-                f"{f': {cause}' if str(cause) else ''}); use another checkpoint of the run"
-            ) from None
-        # a key or shape the checkpoint does not have
-        raise CheckpointError(f"{path} does not hold the model its lineage describes: {cause}") from None
+        # a key or shape the checkpoint does not have (a missing or damaged file is read_state's CheckpointError)
+        raise CheckpointError(f"{path} does not hold the model its lineage describes: {_first_failure(exc)}") from None
     model.load_state_dict(state["model"])
 
 

@@ -250,7 +250,7 @@ def check_overrides(overrides: Any, where: str) -> tuple[str, ...]:
     """``set``: a list of ``section.key=value`` strings, as ``--set`` takes them."""
     from trainer.config import parse_override
 
-    require(isinstance(overrides, list | tuple), where, "set", "a list of section.key=value strings", overrides)
+    require(isinstance(overrides, list | tuple), where, "set", "a list of SECTION.NAME=VALUE strings", overrides)
     for item in overrides:
         ok = isinstance(item, str)
         if ok:
@@ -258,7 +258,7 @@ def check_overrides(overrides: Any, where: str) -> tuple[str, ...]:
                 parse_override(item)
             except ConfigError:
                 ok = False
-        require(ok, where, "each item of set", "a string section.key=value", item)
+        require(ok, where, "each item of set", "a string SECTION.NAME=VALUE", item)
     return tuple(overrides)
 
 

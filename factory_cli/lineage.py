@@ -11,6 +11,7 @@ from typing import Any
 
 from pyiceberg.catalog import Catalog
 
+from factory_cli.text import printable
 from lakehouse.redact import redact, redact_json
 from trainer.lineage import checkpoint_decisions, checkpoint_dir, format_lineage, read_lineage
 
@@ -31,12 +32,12 @@ def run(args: argparse.Namespace) -> int:
         extra = {"decisions_not_found": not_found} if not_found else {}
         whole = {**lineage, "decisions": decisions, **extra, "evals": evals, "eval_runs": runs}
         print(json.dumps(redact_json(whole), indent=2, sort_keys=True))
-    else:  # masked again: a lineage.json is a file anyone may have edited, or an older trainer wrote
-        print(redact(format_lineage(lineage)))
-        print(redact(format_decisions(decisions, not_found)))
-        print(redact(format_evals(evals)))
+    else:  # masked again and escaped: a lineage.json is a file anyone may have edited, or an older trainer wrote
+        print(printable(redact(format_lineage(lineage))))
+        print(printable(redact(format_decisions(decisions, not_found))))
+        print(printable(redact(format_evals(evals))))
         if runs:
-            print(redact(format_eval_runs(runs)))
+            print(printable(redact(format_eval_runs(runs))))
     return 0
 
 

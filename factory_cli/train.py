@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--nnodes above 1 needs --rdzv-endpoint HOST:PORT, the rendezvous every node joins")
     cfg = load_config(args.config, args.set)  # fail here, before starting any rank
     cfg.check_world(args.nproc * args.nnodes)
+    cfg.run.check_local_ranks(args.nproc)
     check_inputs(cfg)
     return launch(torchrun_command(args), args.nproc)
 

@@ -81,7 +81,7 @@ def load_tokenizer_spec(path: str | Path, eod_token: str | None = None) -> Token
             return TokenizerSpec(text, sha, token_id, candidate, tokenizer.get_vocab_size(), metadata, own_token)
     tried = ", ".join(c for c in candidates if c)
     raise TokenizerError(
-        f"{path} has no end-of-document token ({tried} not in its vocabulary); name one with eod_token="
+        f"{path} has no end-of-document token ({tried} not in its vocabulary); name one with the eod_token argument"
     )
 
 

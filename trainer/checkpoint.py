@@ -39,7 +39,7 @@ from lakehouse.errors import CheckpointError
 from lakehouse.faults import maybe_fail
 from lakehouse.local_files import write_atomically
 from lakehouse.storage_errors import storage_error
-from trainer.checkpoint_reader import SafeFileSystemReader, SafeLoadPlanner
+from trainer.checkpoint_reader import DAMAGED, SafeFileSystemReader, SafeLoadPlanner, first_line, is_damage, load_plain
 from trainer.parallel import World, barrier
 
 COMPLETE = "COMPLETE"
@@ -124,22 +124,83 @@ def load(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     world: World,
 ) -> Resumed:
-    """Restore model, optimizer, scheduler and RNG from ``path``, resharding DCP if the world changed."""
+    """Restore model, optimizer, scheduler and RNG from ``path``, resharding DCP if the world changed.
+
+    Every file is checked before it is used: a missing, damaged or crafted one is a
+    ``CheckpointError`` naming it (the small JSON files first, before the weights are read)."""
+    saved = _read_marker(path)
+    states = [_rank_state(path, rank, saved) for rank in range(saved["world_size"])]
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
     read_state(path, state, no_dist=world.mesh is None)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
-    saved_world = json.loads((path / COMPLETE).read_text())["world_size"]
-    states = [json.loads((path / f"rank-{r}.json").read_text()) for r in range(saved_world)]
-    mine = states[world.rank] if world.rank < saved_world else states[0]
+    source = world.rank if world.rank < saved["world_size"] else 0  # a grown world: new ranks take rank 0's
+    mine = states[source]
     scheduler.load_state_dict(mine["scheduler"])
-    rng_file = path / f"rng-rank-{world.rank if world.rank < saved_world else 0}.pt"
-    rng = torch.load(rng_file, weights_only=True)
-    torch.set_rng_state(rng["cpu"])
-    if "cuda" in rng and torch.cuda.is_available():
-        torch.cuda.set_rng_state(rng["cuda"])
+    _restore_rng(path / f"rng-rank-{source}.pt")
     return Resumed(mine["step"], [s["loader"] for s in states], mine)
+
+
+def _read_marker(path: Path) -> dict:
+    """The ``COMPLETE`` marker of checkpoint ``path``: ``{"step", "world_size"}``, checked.
+
+    An unreadable marker is refused, not skipped by ``latest_checkpoint``: it is written last and
+    atomically, so a damaged one is no interrupted save, and quietly resuming from an older
+    checkpoint would retrain (and, with ``checkpoint.keep``, prune) past it unasked."""
+    marker = _read_json(path / COMPLETE)
+    _check_counts(marker, path / COMPLETE)
+    return marker
+
+
+def _rank_state(path: Path, rank: int, saved: dict) -> dict:
+    """``rank-<rank>.json``: the step and world of the marker, the scheduler's and loader's state."""
+    file = path / f"rank-{rank}.json"
+    state = _read_json(file)
+    _check_counts(state, file)
+    for key in ("step", "world_size"):
+        if state[key] != saved[key]:
+            raise CheckpointError(f"{file} says {key} {state[key]}, its {COMPLETE} marker {saved[key]}; {DAMAGED}")
+    for key in ("scheduler", "loader"):
+        if not isinstance(state.get(key), dict):
+            raise CheckpointError(f"{file} has no {key} state (an object); {DAMAGED}")
+    return state
+
+
+def _check_counts(value: dict, file: Path) -> None:
+    """``step`` a whole number >= 0 and ``world_size`` one > 0 (a crafted -7 would name ``step--6`` folders)."""
+    for key, least in (("step", 0), ("world_size", 1)):
+        found = value.get(key)
+        if not isinstance(found, int) or isinstance(found, bool) or found < least:
+            raise CheckpointError(f"{file}: {key} should be a whole number >= {least}, got {found!r}; {DAMAGED}")
+
+
+def _read_json(file: Path) -> dict:
+    try:
+        value = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CheckpointError(f"cannot read {file}: {exc.strerror or exc}; {DAMAGED}") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise CheckpointError(f"{file} is not JSON ({exc}); {DAMAGED}") from None
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{file} holds a {type(value).__name__}, not a JSON object; {DAMAGED}")
+    return value
+
+
+def _restore_rng(file: Path) -> None:
+    states = load_plain(file, str(file))
+    if (
+        not isinstance(states, dict)
+        or "cpu" not in states
+        or not all(isinstance(v, torch.Tensor) for v in states.values())
+    ):
+        raise CheckpointError(f"{file} does not hold RNG states (a cpu tensor); {DAMAGED}")
+    try:
+        torch.set_rng_state(states["cpu"])
+        if "cuda" in states and torch.cuda.is_available():
+            torch.cuda.set_rng_state(states["cuda"])
+    except (RuntimeError, TypeError) as exc:  # a tensor of the wrong size or type
+        raise CheckpointError(f"{file} does not hold RNG states ({exc}); {DAMAGED}") from None
 
 
 def read_state(path: Path, state: dict, no_dist: bool) -> None:
@@ -151,9 +212,15 @@ def read_state(path: Path, state: dict, no_dist: bool) -> None:
         try:
             dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(), no_dist=no_dist)
         except CheckpointException as exc:  # DCP gathers every rank's failure into one exception
-            refused = [e for e, _ in exc.failures.values() if isinstance(e, CheckpointError)]
+            failures = [e for e, _ in exc.failures.values()]
+            refused = [e for e in failures if isinstance(e, CheckpointError)]
             if refused:
                 raise refused[0] from None
+            damage = [e for e in failures if is_damage(e)]
+            if damage:  # a shard file missing or cut short: its own message is every rank's traceback
+                raise CheckpointError(
+                    f"{path} cannot be read: a file of it is missing or damaged ({first_line(damage[0])}); {DAMAGED}"
+                ) from None
             raise
 
 

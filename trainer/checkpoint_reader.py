@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import enum
 import io
+import os
 import pickle
 import re
-from typing import Any
+from typing import IO, Any
 
 import torch
 from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
@@ -25,6 +26,8 @@ from torch.distributed.checkpoint.planner import ReadItem
 
 from lakehouse.errors import CheckpointError
 
+# What a user can do about a checkpoint whose files are missing or damaged.
+DAMAGED = "the checkpoint is damaged: use an earlier one (to --resume from it, move this folder out of checkpoints/)"
 _METADATA = "torch.distributed.checkpoint.metadata"
 # Every global a DCP index of torch 2.13 refers to (checked against checkpoints of this trainer,
 # one process and FSDP2). Each is a data holder or a pure lookup: building one runs no code of
@@ -80,7 +83,7 @@ class SafeFileSystemReader(FileSystemReader):
             with self.fs.create_stream(path, "rb") as stream:
                 metadata = _MetadataUnpickler(stream).load()
         except OSError as exc:
-            raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}; the checkpoint is damaged") from None
+            raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}; {DAMAGED}") from None
         except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError, IndexError) as exc:
             raise CheckpointError(
                 f"{path} is not a checkpoint's metadata that can be read safely ({exc}); it was refused "
@@ -99,17 +102,42 @@ class SafeLoadPlanner(DefaultLoadPlanner):
 
     def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
         fqn = read_item.dest_index.fqn
-        try:
-            loaded = torch.load(value, weights_only=True)
-        except pickle.UnpicklingError as exc:
-            # torch's message is a page of advice to load it unsafely; keep only what was refused.
-            found = re.search(r"WeightsUnpickler error: (.*?)(?:\.\s|$)", str(exc))
-            raise CheckpointError(
-                f"the checkpoint's value {fqn!r} is not plain data ({found[1] if found else 'not weights-only'}); "
-                "it was refused without running it. Load (resume, evaluate, export, serve) only checkpoints your own "
-                "runs wrote"
-            ) from None
+        loaded = load_plain(value, f"the checkpoint's value {fqn!r}")
         if self.flatten_state_dict:
             set_element(self.original_state_dict, self.mappings[fqn], loaded)
         else:
             self.state_dict[fqn] = loaded
+
+
+def load_plain(source: str | os.PathLike | IO[bytes], what: str) -> Any:
+    """``torch.load(source, weights_only=True)``, a refusal as a ``CheckpointError`` naming ``what``.
+
+    torch's own message for a refused global is a page advising ``weights_only=False``, the one
+    thing not to do with a file of unknown origin; only what was refused is kept."""
+    try:
+        return torch.load(source, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"WeightsUnpickler error: (.*?)(?:\.\s|$)", str(exc))
+        if found is None:  # not a refusal: the bytes are no pickle at all
+            raise CheckpointError(f"{what} cannot be read ({first_line(exc)}); {DAMAGED}") from None
+        raise CheckpointError(
+            f"{what} is not plain data ({found[1]}); it was refused without running it. Load (resume, evaluate, "
+            "export, serve) only checkpoints your own runs wrote"
+        ) from None
+    except (OSError, EOFError, RuntimeError, ValueError) as exc:  # missing, empty, truncated, not a torch file
+        raise CheckpointError(f"{what} cannot be read ({first_line(exc)}); {DAMAGED}") from None
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether ``exc``, raised while reading a checkpoint's files, says a file is missing or cut short
+    (rather than that the checkpoint holds other keys or shapes than were asked for)."""
+    if isinstance(exc, (OSError, EOFError, pickle.UnpicklingError)):
+        return True
+    # torch's zip reader, on a shard file cut short or overwritten
+    return isinstance(exc, RuntimeError) and "PytorchStreamReader" in str(exc)
+
+
+def first_line(exc: BaseException) -> str:
+    """The error's type and first line: torch's messages go on for a page."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

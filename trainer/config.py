@@ -106,6 +106,21 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         _check(0 <= self.metrics_port < 65536, "run.metrics_port must be a port number (0 = no metrics server)")
+        # "" is the current folder to pathlib: checkpoints/ and metrics.jsonl would land wherever the command ran.
+        _check(
+            bool(self.dir.strip()),
+            f'run.dir must name the run\'s folder (e.g. "runs/my-run"), got {self.dir!r}',
+        )
+
+    def check_local_ranks(self, nproc: int) -> None:
+        """Each of a machine's ``nproc`` ranks serves metrics on ``metrics_port`` + its local rank:
+        the last one must be a port too (refused before torchrun starts, not on that rank)."""
+        last = self.metrics_port + nproc - 1
+        _check(
+            not self.metrics_port or last < 65536,
+            f"run.metrics_port {self.metrics_port} + local rank up to {nproc - 1} reaches {last}, past the last "
+            f"port 65535: set run.metrics_port to at most {65536 - nproc} for {nproc} ranks a machine",
+        )
 
 
 @dataclass
@@ -153,6 +168,8 @@ class OptimConfig:
         _check(self.lr > 0, "optim.lr must be > 0")
         _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "optim.betas must be two values in [0, 1)")
         _check(self.warmup_steps >= 0 and 0 <= self.min_lr_ratio <= 1, "optim warm-up >= 0 and min_lr_ratio in [0, 1]")
+        # A negative decay grows every weight each step (AdamW takes it as given) until the loss diverges.
+        _check(self.weight_decay >= 0, f"optim.weight_decay must be >= 0 (0: no decay), got {self.weight_decay}")
 
 
 @dataclass
@@ -252,7 +269,10 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     """``"train.steps=20"`` → ``("train", "steps", 20)``."""
     key, sep, raw = text.partition("=")
     section, dot, name = key.strip().partition(".")
-    _check(bool(sep and dot and section and name), f"--set takes section.key=value, got {text!r}")
+    # SECTION.NAME, not section.key: the redactor (lakehouse/redact.py) masks the value after a "key=".
+    _check(
+        bool(sep and dot and section and name), f"--set takes SECTION.NAME=VALUE (e.g. train.steps=20), got {text!r}"
+    )
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:

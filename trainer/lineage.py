@@ -198,9 +198,59 @@ def read_lineage(path: str | Path, *, with_config: bool = False) -> dict[str, An
         missing.append("step")
     if with_config and not isinstance(lineage.get("config"), dict):
         missing.append("config")
+    missing += _missing_in_data(lineage.get("components", []))
     if missing:
         raise InputError(f"{file} lacks {', '.join(missing)} of a checkpoint's lineage: the folder is damaged")
     return lineage
+
+
+# What ``format_lineage`` reads of each component, each pipeline run and each run's table input.
+_COMPONENT = ("name", "weight", "table", "snapshot_id")
+_RUN = ("table", "snapshot_id", "job", "run_id", "committed_at")
+_TABLE_INPUT = ("table", "snapshot_id")
+
+
+def _missing_in_data(components: Any) -> list[str]:
+    """Where the ``components`` tree (components → runs → inputs → runs …) lacks what
+    ``format_lineage`` reads, as paths like ``components[0].runs[1].table``: a crafted or damaged
+    file is refused naming the key rather than failing deep in the printing."""
+    if not isinstance(components, list):
+        return ["components (a list)"]
+    missing = []
+    for i, component in enumerate(components):
+        where = f"components[{i}]"
+        missing += _missing_keys(component, _COMPONENT, where)
+        if isinstance(component, dict):
+            missing += _missing_in_runs(component.get("runs", []), f"{where}.runs")
+    return missing
+
+
+def _missing_in_runs(runs: Any, where: str) -> list[str]:
+    if not isinstance(runs, list):
+        return [f"{where} (a list)"]
+    missing = []
+    for i, run in enumerate(runs):
+        at = f"{where}[{i}]"
+        missing += _missing_keys(run, _RUN, at)
+        if not isinstance(run, dict):
+            continue
+        if not isinstance(run.get("stats"), dict):
+            missing.append(f"{at}.stats (an object)")
+        inputs = run.get("inputs")
+        if not isinstance(inputs, list) or not all(isinstance(entry, dict) for entry in inputs):
+            missing.append(f"{at}.inputs (a list of objects)")
+            continue
+        for k, entry in enumerate(inputs):
+            if "table" in entry:
+                missing += _missing_keys(entry, _TABLE_INPUT, f"{at}.inputs[{k}]")
+                missing += _missing_in_runs(entry.get("runs", []), f"{at}.inputs[{k}].runs")
+    return missing
+
+
+def _missing_keys(value: Any, keys: tuple[str, ...], where: str) -> list[str]:
+    if not isinstance(value, dict):
+        return [f"{where} (an object)"]
+    return [f"{where}.{key}" for key in keys if key not in value]
 
 
 def checkpoint_dir(path: str | Path) -> Path:

@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import socket
 import sys
 import time
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, start_http_server
 
+from lakehouse.errors import ConfigError
 from trainer.tracking import TrainingTracker, metric_values
 
 STEP = Gauge("factory_train_step", "Optimizer steps done")
@@ -26,9 +29,33 @@ EVAL_LOSS = Gauge("factory_eval_loss", "Held-out loss at the last evaluation", [
 
 
 def serve_prometheus(port: int, host: str, local_rank: int) -> None:
-    """Expose this process's metrics (trainer's and loader's) at ``http://host:port+local_rank/metrics``."""
-    if port:
-        start_http_server(port + local_rank, addr=host)
+    """Expose this process's metrics (trainer's and loader's) at ``http://host:port+local_rank/metrics``;
+    a ``ConfigError`` naming the setting when that address cannot be bound."""
+    if not port:
+        return
+    mine = port + local_rank
+    if mine > 65535:  # `factory train` refuses this before starting; torchrun run by hand does not
+        raise ConfigError(
+            f"run.metrics_port {port} + local rank {local_rank} is {mine}, past the last port 65535: lower run.metrics_port"
+        )
+    try:
+        start_http_server(mine, addr=host)
+    except OSError as exc:
+        raise ConfigError(_bind_failure(exc, host, mine, port != mine)) from None
+
+
+def _bind_failure(exc: OSError, host: str, port: int, offset: bool) -> str:
+    """What to change when the metrics server cannot listen on ``host:port``."""
+    which = f"{port} (run.metrics_port + local rank)" if offset else str(port)
+    if isinstance(exc, socket.gaierror):
+        return f"run.metrics_host {host!r} cannot be resolved ({exc.strerror}): set it to an address of this machine"
+    if exc.errno == errno.EADDRINUSE:
+        return f"the metrics port {which} is in use on {host}: set run.metrics_port to a free one, or 0 for no metrics server"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"run.metrics_host {host!r} is not an address of this machine: set it to one, e.g. 127.0.0.1 or 0.0.0.0"
+    return (
+        f"cannot serve metrics on {host}:{which} ({exc.strerror or exc}): check run.metrics_host and run.metrics_port"
+    )
 
 
 def export_step(step: int, loss: float, lr: float, tokens: int, seconds: float, waited: float) -> None:

@@ -202,3 +202,40 @@ def test_a_metrics_port_out_of_range_is_refused(tmp_path):
     config.write_text('[data]\nmanifest = "m.json"\ntokenizer = "t.json"\n')
     with pytest.raises(ConfigError, match=r"run\.metrics_port"):
         load_config(str(config), ["run.metrics_port=70000"])
+
+
+def test_a_metrics_port_the_last_local_rank_would_pass_is_refused_before_torchrun(tmp_path, capsys):
+    """Each rank serves on run.metrics_port + its local rank: 65535 fits one rank, not two."""
+    from factory_cli.main import main
+
+    config = tmp_path / "train.toml"
+    config.write_text('[data]\nmanifest = "m.json"\ntokenizer = "t.json"\n')
+    argv = ["train", "--config", str(config), "--set", f"run.dir='{tmp_path / 'run'}'"]
+    assert main([*argv, "--nproc", "2", "--set", "run.metrics_port=65535"]) == 2
+    err = capsys.readouterr().err
+    assert "run.metrics_port 65535 + local rank up to 1 reaches 65536" in err and "at most 65534" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("port", "host", "local_rank", "message"),
+    [
+        ("busy", "127.0.0.1", 0, r"the metrics port \d+ is in use on 127\.0\.0\.1: set run\.metrics_port to a free"),
+        ("busy-1", "127.0.0.1", 1, r"the metrics port \d+ \(run\.metrics_port \+ local rank\) is in use"),
+        ("free", "999.1.1.1", 0, r"run\.metrics_host '999\.1\.1\.1' cannot be resolved"),
+        (65535, "127.0.0.1", 1, r"run\.metrics_port 65535 \+ local rank 1 is 65536, past the last port"),
+    ],
+)
+def test_a_metrics_server_that_cannot_listen_names_the_setting(port, host, local_rank, message):
+    import socket
+
+    from lakehouse.errors import ConfigError
+    from trainer.metrics import serve_prometheus
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        chosen = {"busy": busy, "busy-1": busy - 1, "free": free_port()}.get(port, port)
+        with pytest.raises(ConfigError, match=message):
+            serve_prometheus(chosen, host, local_rank)

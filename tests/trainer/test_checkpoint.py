@@ -183,3 +183,86 @@ def test_getattr_in_a_metadata_file_reaches_only_enum_members(tmp_path):
     ):
         checkpoint.load(path, *setup(1), WORLD)
     assert not marker.exists()
+
+
+def _damage_json(name: str, change):
+    def damage(path):
+        file = path / name
+        file.write_text(json.dumps(change(json.loads(file.read_text()))))
+
+    return damage
+
+
+def _truncate(name: str, size: int):
+    def damage(path):
+        file = path / name
+        file.write_bytes(file.read_bytes()[:size])
+
+    return damage
+
+
+# Each: a file of a complete checkpoint damaged or crafted, and what the refusal says.
+_DAMAGES = {
+    "empty COMPLETE": (lambda p: (p / "COMPLETE").write_text(""), r"COMPLETE is not JSON"),
+    "COMPLETE a list": (lambda p: (p / "COMPLETE").write_text("[1]"), r"COMPLETE holds a list, not a JSON object"),
+    "world grown in COMPLETE": (
+        _damage_json("COMPLETE", lambda v: {**v, "world_size": 3}),
+        r"rank-0\.json says world_size 1, its COMPLETE marker 3",
+    ),
+    "no world in COMPLETE": (
+        _damage_json("COMPLETE", lambda v: {"step": v["step"]}),
+        r"COMPLETE: world_size should be a whole number >= 1, got None",
+    ),
+    "rank json removed": (lambda p: (p / "rank-0.json").unlink(), r"cannot read .*rank-0\.json: No such file"),
+    "step a word": (
+        _damage_json("rank-0.json", lambda v: {**v, "step": "four"}),
+        r"rank-0\.json: step should be a whole number >= 0, got 'four'",
+    ),
+    "negative step": (
+        _damage_json("rank-0.json", lambda v: {**v, "step": -7}),
+        r"rank-0\.json: step should be a whole number >= 0, got -7",
+    ),
+    "step other than the marker's": (
+        _damage_json("rank-0.json", lambda v: {**v, "step": 9}),
+        r"rank-0\.json says step 9, its COMPLETE marker 1",
+    ),
+    "no loader state": (
+        _damage_json("rank-0.json", lambda v: {**v, "loader": "x"}),
+        r"rank-0\.json has no loader state",
+    ),
+    "rng removed": (lambda p: (p / "rng-rank-0.pt").unlink(), r"rng-rank-0\.pt cannot be read \(FileNotFoundError"),
+    "rng truncated": (_truncate("rng-rank-0.pt", 50), r"rng-rank-0\.pt cannot be read \(RuntimeError"),
+    "rng not tensors": (
+        lambda p: torch.save({"cpu": [1, 2]}, p / "rng-rank-0.pt"),
+        r"rng-rank-0\.pt does not hold RNG states",
+    ),
+    "shard truncated": (
+        _truncate("__0_0.distcp", 100_000),
+        r"step-1 cannot be read: a file of it is missing or damaged \(RuntimeError: PytorchStreamReader",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", list(_DAMAGES))
+def test_a_damaged_checkpoint_file_is_refused_naming_it(tmp_path, damage):
+    model, optimizer, scheduler = setup(0)
+    path = checkpoint.save(tmp_path, 1, model, optimizer, scheduler, {"batch": 1}, {}, WORLD, keep=3)
+    change, message = _DAMAGES[damage]
+    change(path)
+    assert checkpoint.latest_checkpoint(tmp_path) == (1, path)  # refused, not skipped for an older one
+
+    with pytest.raises(CheckpointError, match=message) as refused:
+        checkpoint.load(path, *setup(1), WORLD)
+    assert "the checkpoint is damaged: use an earlier one" in str(refused.value)
+
+
+def test_a_crafted_rng_file_is_refused_without_running_it(tmp_path):
+    model, optimizer, scheduler = setup(0)
+    path = checkpoint.save(tmp_path, 1, model, optimizer, scheduler, {}, {}, WORLD, keep=3)
+    marker = tmp_path / "ran"
+    torch.save({"cpu": _CreatesMarker(marker)}, path / "rng-rank-0.pt")
+
+    with pytest.raises(CheckpointError, match=r"rng-rank-0\.pt is not plain data \(Unsupported global") as refused:
+        checkpoint.load(path, *setup(1), WORLD)
+    assert "weights_only=False" not in str(refused.value) and len(str(refused.value).splitlines()) == 1
+    assert not marker.exists()

@@ -46,6 +46,10 @@ def test_presets_fill_model_dimensions_and_fields_override():
         ("optim.betas=[0.9, true]", "optim.betas must be a list of 2 values"),
         ("model.vocab_size=-5", "model.vocab_size must be >= 0"),
         ("model.rope_theta=-1.0", "rope_theta must be > 0"),
+        # "" wrote checkpoints/ and metrics.jsonl into the folder the command ran in.
+        ("run.dir=''", r"run\.dir must name the run's folder .*got ''"),
+        ("run.dir='  '", r"run\.dir must name the run's folder"),
+        ("optim.weight_decay=-0.1", r"optim\.weight_decay must be >= 0 \(0: no decay\), got -0\.1"),
     ],
 )
 def test_bad_values_are_refused_early(override, message):
@@ -102,3 +106,36 @@ def test_a_missing_manifest_or_tokenizer_is_refused_before_torchrun_starts(tmp_p
     done = run_factory("train", "--config", str(config), "--nproc", "2")
     assert done.returncode == 2 and done.stderr.startswith("error: cannot read manifest"), done.stderr
     assert "rank" not in done.stderr  # no rank was started to find it
+
+
+def test_a_set_without_a_value_is_shown_as_given_not_masked(tmp_path, capsys):
+    """Every error the CLI prints is redacted, which masks the value after a "key=": the usage
+    the message shows must not read like a credential."""
+    from factory_cli.main import main
+
+    config = tmp_path / "train.toml"
+    config.write_text('[data]\nmanifest = "m.json"\ntokenizer = "t.json"\n')
+    assert main(["train", "--config", str(config), "--set", "train.steps"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --set takes SECTION.NAME=VALUE (e.g. train.steps=20), got 'train.steps'" in err, err
+
+
+def test_the_usage_in_other_set_and_token_messages_survives_redaction(tmp_path):
+    from tokenizers import Tokenizer, models
+
+    from experiments.sweep_spec import check_overrides
+    from lakehouse.errors import TokenizerError
+    from lakehouse.redact import redact
+    from streaming_loader.tokenize import load_tokenizer_spec
+
+    messages = []
+    for overrides in ("train.steps=2", ["train.steps"]):
+        with pytest.raises(ConfigError, match=r"SECTION\.NAME=VALUE") as refused:
+            check_overrides(overrides, "sweep.toml")
+        messages.append(str(refused.value))
+    tokenizer = tmp_path / "tokenizer.json"
+    Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]")).save(str(tokenizer))
+    with pytest.raises(TokenizerError, match="no end-of-document token") as refused:
+        load_tokenizer_spec(tokenizer)
+    messages.append(str(refused.value))
+    assert [redact(m) for m in messages] == messages

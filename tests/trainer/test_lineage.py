@@ -270,3 +270,55 @@ def test_a_run_reached_again_is_shown_once_so_the_tree_grows_with_the_runs_not_t
         assert shown.count(f"└─ dedup run d{n} ") == 1 and shown.count(f"└─ ingest run i{n} ") == 1, shown
     assert "… and 9 run(s) shown above" in shown
     assert len(shown.splitlines()) < 120
+
+
+def _crafted_run(factory_home, tmp_path, run: dict) -> Path:
+    manifest = {
+        "name": "m",
+        "fingerprint": "sha256:" + "12" * 32,
+        "components": [{"name": "a", "table": "raw.a", "snapshot_id": 5, "weight": 1.0}],
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    run_dir = tmp_path / "run"
+    checkpoint = hand_made_checkpoint(run_dir, tmp_path / "manifest.json")
+    lineage = json.loads((checkpoint / "lineage.json").read_text())
+    lineage["components"][0]["runs"] = [run]
+    (checkpoint / "lineage.json").write_text(json.dumps(lineage))
+    return run_dir
+
+
+_RUN = {
+    "table": "raw.a", "snapshot_id": 5, "job": "ingest", "run_id": "ing-1", "committed_at": "2026-01-01T00:00:00",
+    "stats": {"kept": 3}, "inputs": [{"uri": "file:///src/a"}],
+}  # fmt: skip
+
+
+def _without(value: dict, key: str) -> dict:
+    return {k: v for k, v in value.items() if k != key}
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"table": None}, "components[0].runs[0].table"),
+        ({"inputs": "file:///src/a"}, "components[0].runs[0].inputs (a list of objects)"),
+        ({"stats": [1]}, "components[0].runs[0].stats (an object)"),
+        ({"inputs": [{"table": "raw.b", "runs": [{"job": "x"}]}]}, "components[0].runs[0].inputs[0].snapshot_id"),
+        ({"inputs": [{"table": "raw.b", "snapshot_id": 1, "runs": [_without(_RUN, "run_id")]}]}, ".runs[0].run_id"),
+    ],
+)
+def test_a_crafted_run_in_a_lineage_file_is_refused_naming_the_key(factory_home, tmp_path, capsys, change, named):
+    run = {k: v for k, v in {**_RUN, **change}.items() if v is not None}
+    run_dir = _crafted_run(factory_home, tmp_path, run)
+    assert main(["lineage", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "lineage.json lacks" in err and named in err and "the folder is damaged" in err, err
+
+
+def test_control_characters_in_a_lineage_file_are_printed_escaped(factory_home, tmp_path, capsys):
+    """A run id that would turn the terminal red, or move its cursor, is shown as what it holds."""
+    run_dir = _crafted_run(factory_home, tmp_path, {**_RUN, "run_id": "ing-\x1b[31mred\x1b[0m\r\u202e"})
+    assert main(["lineage", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "run ing-\\x1b[31mred\\x1b[0m\\r\\u202e → raw.a@5" in out, out
+    assert "\x1b" not in out and "\r" not in out

@@ -218,3 +218,40 @@ def test_a_rank_ends_when_its_launcher_is_killed(setup, tmp_path):
         for pid in [launcher.pid, *ranks]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_damaged_checkpoint_ends_resume_with_a_clear_error_on_every_rank(setup, two_rank_run, tmp_path):
+    import shutil
+
+    for name, damage in (
+        ("rank-1.json", lambda path: (path / "rank-1.json").unlink()),
+        ("COMPLETE", lambda path: (path / "COMPLETE").write_text("")),
+    ):
+        run_dir = tmp_path / name
+        shutil.copytree(two_rank_run / "checkpoints", run_dir / "checkpoints")
+        step, newest = checkpoint.latest_checkpoint(run_dir)
+        damage(newest)
+        done = run_factory(
+            "train", "--config", str(setup.config), "--nproc", "2", "--resume", "--set", f"run.dir='{run_dir}'"
+        )
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-4000:]
+        assert "error (rank 0): " in done.stderr and str(newest / name) in done.stderr, done.stderr[-4000:]
+        assert "the checkpoint is damaged" in done.stderr
+        assert checkpoint.latest_checkpoint(run_dir) == (step, newest)  # nothing resumed past it, nothing pruned
+
+
+@pytest.mark.slow
+def test_a_metrics_port_in_use_ends_the_run_with_a_clear_error(setup, tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_factory(
+            "train", "--config", str(setup.config), "--set", f"run.dir='{tmp_path / 'run'}'",
+            "--set", f"run.metrics_port={port}",
+        )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-4000:]
+    assert f"error (rank 0): the metrics port {port} is in use on 127.0.0.1" in done.stderr, done.stderr[-4000:]
