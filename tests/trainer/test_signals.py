@@ -106,13 +106,29 @@ def _sigterm_to_torchrun(training: _Run) -> None:
     os.kill(training.launcher, signal.SIGTERM)
 
 
+def _sigterm_to_factory_train(training: _Run) -> None:
+    training.factory.send_signal(signal.SIGTERM)
+
+
+def _ctrl_c(training: _Run) -> None:
+    os.killpg(training.factory.pid, signal.SIGINT)  # what a terminal sends its foreground job
+
+
+def _sigkill_to_torchrun(training: _Run) -> None:
+    os.kill(training.launcher, signal.SIGKILL)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("send", "status", "lines", "linger_s"),
     [
+        # factory train was signalled: it waits for torchrun to stop the ranks, none outlives it
+        (_sigterm_to_factory_train, 143, [_stopped("SIGTERM")], 0),
+        (_ctrl_c, 130, [_stopped("SIGINT"), "interrupted"], 0),
         (_sigterm_to_torchrun, 143, [_stopped("SIGTERM")], 10),
+        (_sigkill_to_torchrun, 137, ["training stopped: torchrun was killed by SIGKILL; resume with --resume"], 10),
     ],
-    ids=["sigterm-to-torchrun"],
+    ids=["sigterm-to-factory-train", "ctrl-c", "sigterm-to-torchrun", "sigkill-to-torchrun"],
 )
 def test_a_signal_ends_the_run_in_one_line_with_128_plus_its_number_and_leaves_no_process(
     run, send, status, lines, linger_s
@@ -124,6 +140,16 @@ def test_a_signal_ends_the_run_in_one_line_with_128_plus_its_number_and_leaves_n
     assert [line for line in stderr.splitlines() if line.startswith(("training ", "interrupted"))] == lines, stderr
     _no_noise(stderr)
     assert _gone_within([training.launcher, *training.ranks], linger_s) == []
+
+
+@pytest.mark.slow
+def test_sigkill_of_factory_train_ends_torchrun_and_its_ranks(run):
+    training = run()
+    training.factory.kill()
+    training.factory.wait()
+    # torchrun gets SIGTERM from the kernel and stops its ranks at once: not seconds later, when
+    # a write to the closed stderr pipe happens to end one of them.
+    assert _gone_within([training.launcher, *training.ranks], 3) == []
 
 
 @pytest.mark.slow
