@@ -116,16 +116,17 @@ class _Forwarder:
         self._timer: threading.Timer | None = None
 
     def __enter__(self) -> _Forwarder:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self._previous[sig] = signal.signal(sig, self._handle)
+        if threading.current_thread() is threading.main_thread():  # the only thread signals reach
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, error: type[BaseException] | None, *_: object) -> None:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         if self._timer is not None:
             self._timer.cancel()
-        if self.proc.poll() is None:  # this process failed while torchrun runs: it must not outlive it
+        if error is not None and self.proc.poll() is None:  # this process failed: torchrun must not outlive it
             self._kill()
 
     def _handle(self, signum: int, _frame: object) -> None:
