@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 
 from lakehouse.errors import ConfigError
 from trainer.config import load_config
-from trainer.launch import command
+from trainer.launch import command, signal_on_parent_death
 
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "train") -> None:
@@ -65,17 +68,82 @@ def launch(argv: Sequence[str], nproc: int) -> int:
     its ``nproc`` ranks, its stderr passed on line by line through this process's ``sys.stderr``
     rather than inherited: under `factory run` that stream is where a step's output is kept, and a
     rank's ``error (rank r): …`` line has to reach the step's failure. Its stdout (progress) stays
-    inherited, shown as it is printed."""
+    inherited, shown as it is printed.
+
+    torchrun runs in its own session, so that a signal reaches it once, from here: SIGTERM or
+    SIGINT (Ctrl-C) to this process is passed on and torchrun stops its ranks (its line says so)
+    before this one ends. Were this process killed outright (SIGKILL, the OOM killer), the kernel
+    sends torchrun SIGTERM (PR_SET_PDEATHSIG, as a sweep's trials do): the one mechanism that
+    needs nothing from a dead parent, and torchrun then stops its ranks as it always does."""
     env = {
         **os.environ,
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc))),
     }
-    with subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True, errors="replace") as proc:
-        try:
-            for line in proc.stderr:
-                sys.stderr.write(line)
-                sys.stderr.flush()
-        except BaseException:  # interrupted: end torchrun, as subprocess.run would (its ranks follow it)
-            proc.kill()
-            raise
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+        preexec_fn=signal_on_parent_death,
+    )
+    forward = _Forwarder(proc)
+    with proc, forward:
+        for line in proc.stderr:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+    if forward.interrupted:  # said as every command says it (``interrupted``, exit 130)
+        raise KeyboardInterrupt
+    if proc.returncode < 0:  # torchrun itself killed (SIGKILL, the OOM killer): its ranks follow it
+        name = signal.Signals(-proc.returncode).name
+        print(f"training stopped: torchrun was killed by {name}; resume with --resume", file=sys.stderr)
+        return 128 - proc.returncode
     return proc.returncode
+
+
+class _Forwarder:
+    """While torchrun runs: SIGTERM and SIGINT to this process are passed on to torchrun's process
+    group, and this process waits for torchrun to stop its ranks rather than leaving them running,
+    at most ``STOP_S`` before it kills the group (a second signal kills it at once)."""
+
+    STOP_S = 60
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.interrupted = False
+        self._got: int | None = None
+        self._previous: dict[int, object] = {}
+        self._timer: threading.Timer | None = None
+
+    def __enter__(self) -> _Forwarder:
+        if threading.current_thread() is threading.main_thread():  # the only thread signals reach
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, error: type[BaseException] | None, *_: object) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        if self._timer is not None:
+            self._timer.cancel()
+        if error is not None and self.proc.poll() is None:  # this process failed: torchrun must not outlive it
+            self._kill()
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        self.interrupted |= signum == signal.SIGINT
+        if self._got is not None:
+            self._kill()
+            return
+        self._got = signum
+        self._signal(signum)
+        self._timer = threading.Timer(self.STOP_S, self._kill)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signum)
+
+    def _kill(self) -> None:
+        self._signal(signal.SIGKILL)

@@ -4,17 +4,33 @@ A rank that fails says why itself (``error (rank r): …``, exit status 2, or it
 for a bug); torchrun then adds a traceback of the launcher and exits 1, which tells a user
 nothing more. Here a failed run ends with one line per failed rank and exit status 2 when a rank
 reported an error of ours (1 otherwise), so ``factory train`` ends as every other command does.
+The ranks torchrun stopped because another failed, and those whose collective broke because a
+peer died (exit status ``PEER_LOST``, said by nothing), are not failures of their own: not named.
+A launcher stopped by a signal says so in one line and exits 128 + the signal's number.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+# The exit status of a rank whose collective failed because another rank's process ended: the
+# other rank's own line (or its signal) says why; this one is its consequence, not a failure.
+PEER_LOST = 3
+
+# torch-elastic's log lines that this module restates in its own words (or that restate a
+# rank's own line): filtered out of its loggers, which keep every other warning.
+_RESTATED = {
+    "torch.distributed.elastic.multiprocessing.api": ("Sending process %s closing signal", "failed (exitcode"),
+    "torch.distributed.elastic.agent.server.api": ("Received %s death signal",),
+}
 
 
 def signal_on_parent_death(sig: int = signal.SIGTERM) -> None:
@@ -53,18 +69,63 @@ def command(
     return argv
 
 
+def summary(failures: Mapping[int, Any]) -> list[str]:
+    """One line per rank that failed, from torchrun's ``ChildFailedError.failures`` (rank →
+    ``ProcessFailure``). A rank that exited with a status of its own failed; ranks killed by torchrun's
+    SIGTERM once another had, or that lost a peer, are named only when no rank failed on its own:
+    the signals first (the OOM killer's SIGKILL), then, with none, the ranks that lost a peer (whose
+    cause is on another machine's output)."""
+
+    def signal_of(failure: Any) -> str:
+        return failure.signal_name() if failure.exitcode < 0 else ""
+
+    own = {r: f for r, f in failures.items() if f.exitcode > 0 and f.exitcode != PEER_LOST}
+    killed = {r: f for r, f in failures.items() if f.exitcode < 0}
+    first_killed = {r: f for r, f in killed.items() if signal_of(f) != "SIGTERM"} or killed
+    named = own or first_killed
+    if named:
+        return [
+            f"training failed: rank {rank} "
+            + (f"was killed by {signal_of(failure)}" if failure.exitcode < 0 else f"exited {failure.exitcode}")
+            for rank, failure in sorted(named.items())
+        ]
+    ranks = ", ".join(str(rank) for rank in sorted(failures))
+    who = f"rank {ranks}" if len(failures) == 1 else f"ranks {ranks}"
+    return [f"training failed: {who} lost the connection to another rank, which ended (see its output)"]
+
+
+def stopped(signum: int) -> str:
+    """The line a launcher stopped by ``signum`` ends with: its ranks were stopped too."""
+    return f"training stopped: the launcher got {signal.Signals(signum).name}; resume with --resume"
+
+
+def quiet_restated_logs() -> None:
+    for name, prefixes in _RESTATED.items():
+        logging.getLogger(name).addFilter(lambda record, p=prefixes: not str(record.msg).startswith(p))
+
+
+def say(line: str) -> None:
+    """Print ``line`` to stderr; a reader that is gone (a killed ``factory train``) is no error."""
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr, flush=True)
+
+
 def main() -> int:
     # Imported here: ``command`` is used by processes that never start torch (a sweep's trials).
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
 
+    quiet_restated_logs()
     try:
         torchrun()
     except ChildFailedError as failed:
-        for rank, failure in sorted(failed.failures.items()):
-            how = f"was killed by {failure.signal_name()}" if failure.exitcode < 0 else f"exited {failure.exitcode}"
-            print(f"training failed: rank {rank} {how}", file=sys.stderr)
+        for line in summary(failed.failures):
+            say(line)
         return 2 if any(f.exitcode == 2 for f in failed.failures.values()) else 1
+    except SignalException as got:  # torchrun has stopped its ranks; its traceback says no more
+        say(stopped(got.sigval))
+        return 128 + int(got.sigval)
     return 0
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from lakehouse.errors import FactoryError
 from lakehouse.storage_errors import storage_error
-from trainer.launch import signal_on_parent_death
+from trainer.launch import PEER_LOST, signal_on_parent_death
 from trainer.parallel import World, init_world, shutdown
 
 
@@ -29,6 +30,9 @@ def rank_main(
     parser.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     args = parser.parse_args(argv)
     die_with_launcher()
+    # torchrun stops its ranks with the signal it got: SIGINT (Ctrl-C) ends a rank as SIGTERM
+    # does, at once and silently, not with a KeyboardInterrupt traceback from wherever it was.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         cfg = load(args.config, args.set)
         world = init_world()
@@ -42,6 +46,8 @@ def rank_main(
         print(f"error (rank {world.rank}): {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # a full disk or a read-only run directory (also inside DCP's errors): said plainly
+        if lost_a_peer(exc):  # another rank ended first: its own line (or its signal) is the failure
+            return PEER_LOST
         error = storage_error(exc)
         if error is None:
             raise
@@ -50,6 +56,22 @@ def rank_main(
     finally:
         shutdown(world)
     return 0
+
+
+# How gloo says that the rank at the other end of a collective has gone (its process ended).
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
+
+
+def lost_a_peer(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it was raised from, as DCP wraps a rank's) is a collective
+    that failed because another rank's process ended: a consequence, said by that rank, whose
+    traceback here (some fifty lines of gloo) would hide the one line that says why."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if any(marker in str(seen) for marker in _PEER_GONE):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def die_with_launcher() -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_factory
-from tests.trainer.conftest import STEPS, TrainSetup, losses
+from tests.trainer.conftest import STEPS, TrainSetup, alive, losses, small_disk
 from tests.trainer.variants import COMBINED, overrides
 from trainer import checkpoint
 
@@ -157,20 +157,14 @@ def test_killed_while_saving_a_checkpoint_resumes_from_the_previous_one_bit_for_
 
 @pytest.mark.slow
 def test_a_full_disk_while_checkpointing_is_a_clear_error_and_leaves_the_last_complete_checkpoint(setup, tmp_path):
-    disk = tmp_path / "disk"
-    disk.mkdir()
     # Room for the step-2 checkpoint (about 1.5 MB) and not for the step-4 one.
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)]).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
+    with small_disk(tmp_path / "disk", "2m") as disk:
         run_dir = disk / "run"
         proc = run_factory("train", "--config", str(setup.config), "--nproc", "1", "--set", f"run.dir='{run_dir}'")
         assert proc.returncode == 2, proc.stderr[-4000:]
         assert "no space left on the device" in proc.stderr, proc.stderr[-4000:]
         assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
         assert checkpoint.latest_checkpoint(run_dir)[0] == 2
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def _ranks_of(launcher: int) -> list[int]:
@@ -182,14 +176,6 @@ def _ranks_of(launcher: int) -> list[int]:
             if parent == launcher and b"trainer.train" in (stat.parent / "cmdline").read_bytes():
                 found.append(int(stat.parent.name))
     return found
-
-
-def _alive(pid: int) -> bool:
-    """Running, not a zombie waiting to be reaped."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.slow
@@ -211,9 +197,9 @@ def test_a_rank_ends_when_its_launcher_is_killed(setup, tmp_path):
         launcher.kill()  # SIGKILL: torchrun cannot stop its ranks itself
         launcher.wait()
         deadline = time.monotonic() + 30
-        while _alive(rank) and time.monotonic() < deadline:
+        while alive(rank) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not _alive(rank), "the rank went on training after its launcher was killed"
+        assert not alive(rank), "the rank went on training after its launcher was killed"
     finally:  # torchrun starts its ranks in their own process group: each is ended by itself
         for pid in [launcher.pid, *ranks]:
             with contextlib.suppress(ProcessLookupError):
