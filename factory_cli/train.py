@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from lakehouse.errors import ConfigError
 from trainer.config import load_config
 from trainer.launch import command
+from trainer.resume import check_start
 
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "train") -> None:
@@ -56,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.set)  # fail here, before starting any rank
     cfg.check_world(args.nproc * args.nnodes)
     check_inputs(cfg)
+    check_start(cfg, args.resume)
     return launch(torchrun_command(args), args.nproc)
 
 

@@ -29,6 +29,7 @@ from trainer.metrics import MetricsLog, export_eval, export_step, serve_promethe
 from trainer.model import Transformer
 from trainer.parallel import World, all_reduce_sum, apply_compile, apply_fsdp, compute_dtype
 from trainer.rank_main import rank_main
+from trainer.resume import check_run_dir, resolve_vocab_size
 from trainer.schedule import warmup_cosine
 from trainer.tracking import TrainingTracker, checkpoint_tags, run_params, run_tags, tracking_uri
 
@@ -144,6 +145,9 @@ def train(cfg: Config, world: World, resume: bool = False) -> list[float]:
     tracker = TrainingTracker(tracking_uri(cfg.mlflow.tracking_uri), Path(cfg.run.dir)) if tracked(cfg, world) else None
     try:
         loader, vocab_size = build_loader(cfg, world)
+        # Again on every rank (factory train checked before torchrun): a plain `python -m trainer.train`.
+        resolve_vocab_size(cfg, vocab_size)
+        check_run_dir(cfg, resume, loader.manifest.fingerprint, loader.tokenizer.sha256)
     except BaseException:
         if tracker is not None:
             tracker.close("FAILED")  # no run was made yet: this only ends its thread
@@ -151,7 +155,7 @@ def train(cfg: Config, world: World, resume: bool = False) -> list[float]:
     # Both are closed however the run ends (the `with` is their `finally`): an error or Ctrl-C
     # mid-run must not leave Ray pipelines running, the metrics file open or the MLflow run RUNNING.
     with loader, MetricsLog(Path(cfg.run.dir), world.is_main, cfg.train.steps, tracker) as metrics:
-        return _train(cfg, world, resume, loader, vocab_size, metrics)
+        return _train(cfg, world, resume, loader, metrics)
 
 
 def tracked(cfg: Config, world: World) -> bool:
@@ -159,12 +163,8 @@ def tracked(cfg: Config, world: World) -> bool:
     return world.is_main and cfg.mlflow.enabled
 
 
-def _train(
-    cfg: Config, world: World, resume: bool, loader: StreamingLoader, vocab_size: int, metrics: MetricsLog
-) -> list[float]:
+def _train(cfg: Config, world: World, resume: bool, loader: StreamingLoader, metrics: MetricsLog) -> list[float]:
     run_dir = Path(cfg.run.dir)
-    if not cfg.model.vocab_size:
-        cfg.model.vocab_size = vocab_size
     model = build_model(cfg, world)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=cfg.optim.lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay
