@@ -187,6 +187,8 @@ def _train(cfg: Config, world: World, resume: bool, loader: StreamingLoader, met
         if tracker is not None:
             tracker.start(cfg.mlflow.experiment, run_params(cfg.to_dict()), run_tags(run_dir, lineage, world.size))
         metrics.log(step, "start", {"params": model_params(model), "world": world.size, "resumed": latest is not None})
+        if step >= cfg.train.steps:  # a finished run resumed, or train.steps lowered below its checkpoint
+            print(nothing_to_train(run_dir, step, cfg.train.steps), file=sys.stderr)
 
     losses = []
     batches: Iterator[dict[str, torch.Tensor]] = iter(loader)
@@ -231,6 +233,16 @@ def _train(cfg: Config, world: World, resume: bool, loader: StreamingLoader, met
             if tracker is not None:
                 tracker.set_tags(checkpoint_tags([path for _, path in checkpoint.complete_checkpoints(run_dir)]))
     return losses
+
+
+def nothing_to_train(run_dir: Path, step: int, steps: int) -> str:
+    """What a resume that trains no step says (it ends as a finished run does, exit status 0)."""
+    if step == steps:
+        return f"nothing to train: {run_dir} already finished its {steps} steps (raise train.steps to train on)"
+    return (
+        f"nothing to train: {run_dir}'s newest checkpoint is at step {step}, past train.steps {steps}; "
+        f"no step ran and no checkpoint was written (raise train.steps above {step} to train on)"
+    )
 
 
 def peak_memory_gb(device: torch.device) -> float:

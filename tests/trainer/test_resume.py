@@ -4,14 +4,17 @@ that change the run are refused before torchrun starts; a resume that trains not
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from lakehouse.errors import ConfigError
-from tests.conftest import run_factory
-from tests.trainer.conftest import TrainSetup
+from tests.conftest import REPO, run_factory
+from tests.trainer.conftest import STEPS, TrainSetup
+from trainer import checkpoint
 from trainer.config import load_config
 from trainer.resume import changed_settings, check_run_dir, check_start, resolve_vocab_size
 
@@ -145,3 +148,17 @@ def test_factory_train_refuses_a_vocab_size_below_the_tokenizers_before_torchrun
 def test_the_reference_run_may_resume_with_more_steps_and_other_evals(setup, two_rank_run):
     sets = [f"run.dir='{two_rank_run}'", "train.steps=12", "eval.every=2", "checkpoint.keep=5"]
     check_start(load_config(setup.config, sets), resume=True)  # what factory train checks: passes
+
+
+@pytest.mark.slow
+def test_a_resume_past_train_steps_says_that_nothing_ran(setup, two_rank_run, tmp_path):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(two_rank_run, run_dir)
+    command = [sys.executable, "-m", "trainer.train", "--config", str(setup.config), "--resume"]
+    command += ["--set", f"run.dir='{run_dir}'", "--set", f"train.steps={STEPS - 2}"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert f"nothing to train: {run_dir}'s newest checkpoint is at step {STEPS}, past train.steps {STEPS - 2}" in (
+        done.stderr
+    )
+    assert [s for s, _ in checkpoint.complete_checkpoints(run_dir)] == [4, STEPS]  # none written
