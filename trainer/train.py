@@ -24,7 +24,7 @@ from lakehouse.version import code_version
 from streaming_loader.loader import IGNORE_INDEX, StreamingLoader
 from trainer import checkpoint
 from trainer.config import Config, load_config
-from trainer.data import build_eval_loader, build_loader, lineage_base, merge_loader_states
+from trainer.data import build_eval_loader, build_loader, eval_rows, lineage_base, merge_loader_states
 from trainer.metrics import MetricsLog, export_eval, export_step, serve_prometheus
 from trainer.model import Transformer
 from trainer.parallel import World, all_reduce_sum, apply_compile, apply_fsdp, compute_dtype
@@ -105,7 +105,8 @@ def evaluate(
     counts = torch.zeros(len(names), dtype=torch.float64, device=world.device)
     nbytes = torch.zeros(len(names), dtype=torch.float64, device=world.device)
     try:
-        for _, batch in zip(range(cfg.eval.batches), loader, strict=False):
+        for _, whole in zip(range(cfg.eval.batches), loader, strict=False):
+            batch = eval_rows(whole, world)
             labels = batch["labels"].to(world.device)
             position_ids = batch.get("position_ids")
             with torch.autocast(world.device.type, dtype=dtype, enabled=dtype != torch.float32):
