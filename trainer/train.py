@@ -145,10 +145,7 @@ def train(cfg: Config, world: World, resume: bool = False) -> list[float]:
     # Started first: MLflow's import (seconds) runs in the tracker's thread while the loader starts.
     tracker = TrainingTracker(tracking_uri(cfg.mlflow.tracking_uri), Path(cfg.run.dir)) if tracked(cfg, world) else None
     try:
-        loader, vocab_size = build_loader(cfg, world)
-        # Again on every rank (factory train checked before torchrun): a plain `python -m trainer.train`.
-        resolve_vocab_size(cfg, vocab_size)
-        check_run_dir(cfg, resume, loader.manifest.fingerprint, loader.tokenizer.sha256)
+        loader = checked_loader(cfg, world, resume)
     except BaseException:
         if tracker is not None:
             tracker.close("FAILED")  # no run was made yet: this only ends its thread
@@ -157,6 +154,20 @@ def train(cfg: Config, world: World, resume: bool = False) -> list[float]:
     # mid-run must not leave Ray pipelines running, the metrics file open or the MLflow run RUNNING.
     with loader, MetricsLog(Path(cfg.run.dir), world.is_main, cfg.train.steps, tracker) as metrics:
         return _train(cfg, world, resume, loader, metrics)
+
+
+def checked_loader(cfg: Config, world: World, resume: bool) -> StreamingLoader:
+    """This rank's training loader, once the start is checked against the tokenizer and the run
+    folder (``trainer.resume``): again on every rank, as ``factory train`` checked before torchrun,
+    for a plain ``python -m trainer.train``. A refused start closes the loader (its Ray readers)."""
+    loader, vocab_size = build_loader(cfg, world)
+    try:
+        resolve_vocab_size(cfg, vocab_size)
+        check_run_dir(cfg, resume, loader.manifest.fingerprint, loader.tokenizer.sha256)
+    except BaseException:
+        loader.close()
+        raise
+    return loader
 
 
 def tracked(cfg: Config, world: World) -> bool:

@@ -162,3 +162,15 @@ def test_a_resume_past_train_steps_says_that_nothing_ran(setup, two_rank_run, tm
         done.stderr
     )
     assert [s for s, _ in checkpoint.complete_checkpoints(run_dir)] == [4, STEPS]  # none written
+
+
+@pytest.mark.slow
+def test_each_rank_refuses_a_changed_resume_when_started_without_factory_train(setup, two_rank_run, tmp_path):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(two_rank_run, run_dir)
+    command = [sys.executable, "-m", "trainer.train", "--config", str(setup.config), "--resume"]
+    command += ["--set", f"run.dir='{run_dir}'", "--set", "optim.lr=0.03", "--set", "train.steps=8"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2, done.stderr[-4000:]
+    assert "error (rank 0): --resume continues the run" in done.stderr and ": optim.lr. Resume with" in done.stderr
+    assert [s for s, _ in checkpoint.complete_checkpoints(run_dir)] == [4, STEPS]  # nothing trained
