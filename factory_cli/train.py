@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from lakehouse.errors import ConfigError
 from trainer.config import load_config
 from trainer.launch import command, signal_on_parent_death
+from trainer.resume import check_start
 
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "train") -> None:
@@ -60,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     cfg.check_world(args.nproc * args.nnodes)
     cfg.run.check_local_ranks(args.nproc)
     check_inputs(cfg)
+    check_start(cfg, args.resume)
     return launch(torchrun_command(args), args.nproc)
 
 

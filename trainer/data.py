@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("factory.trainer")
 
 
-def _loader(cfg: Config, world: World, split: str, manifest: str = "", **options: Any):
+def _loader(cfg: Config, rank: int, ranks: int, split: str, manifest: str = "", **options: Any):
     from streaming_loader import StreamingLoader
 
     return StreamingLoader.from_manifest(
@@ -27,8 +27,8 @@ def _loader(cfg: Config, world: World, split: str, manifest: str = "", **options
         tokenizer=cfg.data.tokenizer,
         seq_len=cfg.data.seq_len,
         global_batch_size=cfg.data.global_batch_size,
-        dp_rank=world.rank,
-        dp_world=world.size,
+        dp_rank=rank,
+        dp_world=ranks,
         backend=cfg.data.backend,
         split=split,
         log_interval_s=0,
@@ -38,20 +38,28 @@ def _loader(cfg: Config, world: World, split: str, manifest: str = "", **options
 
 def build_loader(cfg: Config, world: World):
     """This rank's training loader and the tokenizer's vocabulary size."""
-    loader = _loader(cfg, world, "train", num_shards=cfg.data.num_shards or None)
+    loader = _loader(cfg, world.rank, world.size, "train", num_shards=cfg.data.num_shards or None)
     return loader, loader.tokenizer.vocab_size
 
 
 def build_eval_loader(cfg: Config, world: World):
-    """A fresh loader over the manifest's held-out split: the same batches at every evaluation.
+    """A fresh loader over the manifest's held-out split: the same batches at every evaluation,
+    whole global batches on every rank (each scores its rows of them, ``eval_rows``).
 
-    One logical shard per rank: a held-out split is small, and the training stream's many shards
-    (each needing documents of every component) would split it too thin. Evaluations never
-    resume, so they need no more shards than ranks; the batches are then the same at every
-    evaluation of a run on this many ranks. ``eval.manifest``, when set, is read instead of the
-    training manifest: runs on other mixtures of the same snapshots then evaluate the same batches.
+    One logical shard, read by every rank as a 1-rank run reads it: a held-out split is small, and
+    the training stream's many shards (each needing documents of every component) would split it
+    too thin; and as the shards would be the ranks', the batches would change with the world size.
+    So the held-out loss of a checkpoint is the same on any number of ranks. ``eval.manifest``,
+    when set, is read instead of the training manifest: runs on other mixtures of the same
+    snapshots then evaluate the same batches. (``world`` is unused: it is kept for the callers.)
     """
-    return _loader(cfg, world, "heldout", cfg.eval.manifest, num_shards=world.size)
+    return _loader(cfg, 0, 1, "heldout", cfg.eval.manifest, num_shards=1)
+
+
+def eval_rows(batch: dict[str, Any], world: World) -> dict[str, Any]:
+    """This rank's equal share of the rows of a whole held-out global batch."""
+    share = batch["input_ids"].shape[0] // world.size
+    return {key: value[world.rank * share : (world.rank + 1) * share] for key, value in batch.items()}
 
 
 def merge_loader_states(states: list[dict], world: World) -> dict | list[dict]:

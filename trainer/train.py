@@ -24,11 +24,12 @@ from lakehouse.version import code_version
 from streaming_loader.loader import IGNORE_INDEX, StreamingLoader
 from trainer import checkpoint
 from trainer.config import Config, load_config
-from trainer.data import build_eval_loader, build_loader, lineage_base, merge_loader_states
+from trainer.data import build_eval_loader, build_loader, eval_rows, lineage_base, merge_loader_states
 from trainer.metrics import MetricsLog, export_eval, export_step, serve_prometheus
 from trainer.model import Transformer
 from trainer.parallel import World, all_reduce_sum, apply_compile, apply_fsdp, compute_dtype
 from trainer.rank_main import rank_main
+from trainer.resume import check_run_dir, resolve_vocab_size
 from trainer.schedule import warmup_cosine
 from trainer.tracking import TrainingTracker, checkpoint_tags, run_params, run_tags, tracking_uri
 
@@ -104,7 +105,8 @@ def evaluate(
     counts = torch.zeros(len(names), dtype=torch.float64, device=world.device)
     nbytes = torch.zeros(len(names), dtype=torch.float64, device=world.device)
     try:
-        for _, batch in zip(range(cfg.eval.batches), loader, strict=False):
+        for _, whole in zip(range(cfg.eval.batches), loader, strict=False):
+            batch = eval_rows(whole, world)
             labels = batch["labels"].to(world.device)
             position_ids = batch.get("position_ids")
             with torch.autocast(world.device.type, dtype=dtype, enabled=dtype != torch.float32):
@@ -143,7 +145,7 @@ def train(cfg: Config, world: World, resume: bool = False) -> list[float]:
     # Started first: MLflow's import (seconds) runs in the tracker's thread while the loader starts.
     tracker = TrainingTracker(tracking_uri(cfg.mlflow.tracking_uri), Path(cfg.run.dir)) if tracked(cfg, world) else None
     try:
-        loader, vocab_size = build_loader(cfg, world)
+        loader = checked_loader(cfg, world, resume)
     except BaseException:
         if tracker is not None:
             tracker.close("FAILED")  # no run was made yet: this only ends its thread
@@ -151,7 +153,21 @@ def train(cfg: Config, world: World, resume: bool = False) -> list[float]:
     # Both are closed however the run ends (the `with` is their `finally`): an error or Ctrl-C
     # mid-run must not leave Ray pipelines running, the metrics file open or the MLflow run RUNNING.
     with loader, MetricsLog(Path(cfg.run.dir), world.is_main, cfg.train.steps, tracker) as metrics:
-        return _train(cfg, world, resume, loader, vocab_size, metrics)
+        return _train(cfg, world, resume, loader, metrics)
+
+
+def checked_loader(cfg: Config, world: World, resume: bool) -> StreamingLoader:
+    """This rank's training loader, once the start is checked against the tokenizer and the run
+    folder (``trainer.resume``): again on every rank, as ``factory train`` checked before torchrun,
+    for a plain ``python -m trainer.train``. A refused start closes the loader (its Ray readers)."""
+    loader, vocab_size = build_loader(cfg, world)
+    try:
+        resolve_vocab_size(cfg, vocab_size)
+        check_run_dir(cfg, resume, loader.manifest.fingerprint, loader.tokenizer.sha256)
+    except BaseException:
+        loader.close()
+        raise
+    return loader
 
 
 def tracked(cfg: Config, world: World) -> bool:
@@ -159,12 +175,8 @@ def tracked(cfg: Config, world: World) -> bool:
     return world.is_main and cfg.mlflow.enabled
 
 
-def _train(
-    cfg: Config, world: World, resume: bool, loader: StreamingLoader, vocab_size: int, metrics: MetricsLog
-) -> list[float]:
+def _train(cfg: Config, world: World, resume: bool, loader: StreamingLoader, metrics: MetricsLog) -> list[float]:
     run_dir = Path(cfg.run.dir)
-    if not cfg.model.vocab_size:
-        cfg.model.vocab_size = vocab_size
     model = build_model(cfg, world)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=cfg.optim.lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay
@@ -187,6 +199,8 @@ def _train(
         if tracker is not None:
             tracker.start(cfg.mlflow.experiment, run_params(cfg.to_dict()), run_tags(run_dir, lineage, world.size))
         metrics.log(step, "start", {"params": model_params(model), "world": world.size, "resumed": latest is not None})
+        if step >= cfg.train.steps:  # a finished run resumed, or train.steps lowered below its checkpoint
+            print(nothing_to_train(run_dir, step, cfg.train.steps), file=sys.stderr)
 
     losses = []
     batches: Iterator[dict[str, torch.Tensor]] = iter(loader)
@@ -231,6 +245,16 @@ def _train(
             if tracker is not None:
                 tracker.set_tags(checkpoint_tags([path for _, path in checkpoint.complete_checkpoints(run_dir)]))
     return losses
+
+
+def nothing_to_train(run_dir: Path, step: int, steps: int) -> str:
+    """What a resume that trains no step says (it ends as a finished run does, exit status 0)."""
+    if step == steps:
+        return f"nothing to train: {run_dir} already finished its {steps} steps (raise train.steps to train on)"
+    return (
+        f"nothing to train: {run_dir}'s newest checkpoint is at step {step}, past train.steps {steps}; "
+        f"no step ran and no checkpoint was written (raise train.steps above {step} to train on)"
+    )
 
 
 def peak_memory_gb(device: torch.device) -> float:

@@ -49,6 +49,22 @@ def test_two_rank_fsdp_matches_one_plain_process(setup, two_rank_run, tmp_path):
     for step in plain:
         assert sharded[step] == pytest.approx(plain[step], rel=1e-4), step
     assert plain[STEPS] < plain[1]  # it learns
+    # The held-out batches do not depend on the world size either: the same eval losses.
+    sharded_evals, plain_evals = _eval_losses(two_rank_run), _eval_losses(single)
+    assert sorted(sharded_evals) == sorted(plain_evals) and sharded_evals
+    for key, loss in plain_evals.items():
+        assert sharded_evals[key] == pytest.approx(loss, rel=1e-5), key
+
+
+def _eval_losses(run_dir: Path) -> dict[tuple[int, str], float]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {
+        (r["step"], name): value["loss"]
+        for r in records
+        if r["kind"] == "eval"
+        for name, value in r.items()
+        if isinstance(value, dict)
+    }
 
 
 @pytest.mark.slow

@@ -1,0 +1,110 @@
+"""What a start in a run folder may do: a fresh start into a folder of checkpoints is refused, and
+``--resume`` continues the SAME run, bound to the settings its newest checkpoint recorded.
+
+A checkpoint restores the optimizer's param groups (lr, betas, weight decay) and the scheduler's
+base learning rates, and its tensors have the model's shapes: a resume under other model or
+optimizer settings would either fail deep in the ranks or go on with the old values while the new
+config and lineage record the new ones. So those settings are compared with the checkpoint's
+``lineage.json`` (not ``config.resolved.json``, which each start rewrites) and a change is
+refused, before torchrun starts (``factory train``) and again on every rank (a plain
+``python -m trainer.train``). The settings that may change are those that do not change what a
+step computes (``CHANGEABLE``; docs/training.md, "Resume").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lakehouse.errors import ConfigError
+from lakehouse.json_paths import differing_paths
+from trainer.checkpoint import latest_checkpoint
+from trainer.config import Config
+from trainer.lineage import read_lineage
+
+# Key paths (or section prefixes ending in ".") a resume may change. Everything else is part of
+# the run's definition. data.manifest and data.tokenizer are paths: their content is compared
+# instead (the manifest's fingerprint, the tokenizer's sha256), so a moved file still resumes.
+CHANGEABLE = (
+    "train.steps",  # extends or shortens the run; the cosine schedule follows the new length
+    "train.micro_batch_size",  # gradient accumulation: the same global batch and loss normalisation
+    "train.compile",
+    "data.backend",  # local and ray give the same stream
+    "data.manifest",
+    "data.tokenizer",
+    "run.dir",
+    "run.metrics_port",
+    "run.metrics_host",
+    "eval.",
+    "checkpoint.",
+    "mlflow.",
+)
+
+
+def changeable(path: str) -> bool:
+    """Whether a resume may change the setting at key path ``path``."""
+    return any(path.startswith(key) if key.endswith(".") else path == key for key in CHANGEABLE)
+
+
+def resolve_vocab_size(cfg: Config, tokenizer_vocab: int) -> None:
+    """Take the tokenizer's vocabulary size when ``model.vocab_size`` is 0; refuse a smaller one
+    (a token id past the embedding table fails inside the ranks as an IndexError)."""
+    if not cfg.model.vocab_size:
+        cfg.model.vocab_size = tokenizer_vocab
+    if cfg.model.vocab_size < tokenizer_vocab:
+        raise ConfigError(
+            f"model.vocab_size {cfg.model.vocab_size} is smaller than the tokenizer's vocabulary of "
+            f"{tokenizer_vocab} tokens ({cfg.data.tokenizer}): set it to at least {tokenizer_vocab}, or 0 for that size"
+        )
+
+
+def check_run_dir(cfg: Config, resume: bool, manifest_fingerprint: str, tokenizer_sha256: str) -> None:
+    """Refuse a fresh start into a folder holding checkpoints, and a resume under other settings
+    than the newest complete checkpoint's. ``cfg.model.vocab_size`` must be resolved already."""
+    run_dir = Path(cfg.run.dir)
+    latest = latest_checkpoint(run_dir)
+    if latest is None:
+        return  # nothing to continue: a start (with or without --resume) begins at step 0
+    if not resume:
+        raise ConfigError(
+            f"{run_dir} holds checkpoints of an earlier run: pass --resume to continue it, or choose another run.dir"
+        )
+    lineage = read_lineage(latest[1])
+    recorded = lineage.get("config")
+    if not isinstance(recorded, dict):
+        return  # a checkpoint from before lineage recorded the config: nothing to compare with
+    changed = changed_settings(recorded, cfg.to_dict())
+    if lineage["manifest"].get("fingerprint") != manifest_fingerprint:
+        changed.append("data.manifest (another fingerprint)")
+    if lineage["tokenizer"].get("sha256") != tokenizer_sha256:
+        changed.append("data.tokenizer (another sha256)")
+    if changed:
+        raise ConfigError(
+            f"--resume continues the run in {run_dir} as it started, but these settings differ from its "
+            f"checkpoint {latest[1]}: {', '.join(changed)}. Resume with the config it started with (recorded "
+            f'under "config" in {latest[1] / "lineage.json"}), or train into a new run.dir'
+        )
+
+
+def changed_settings(recorded: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The key paths of the run's definition whose values differ (``changeable`` ones left out)."""
+    # Through JSON as lineage.json was written: tuples (optim.betas) become lists.
+    now = json.loads(json.dumps(now, default=list))
+    return [path for path in differing_paths(recorded, now) if not changeable(_key_of(path))]
+
+
+def _key_of(path: str) -> str:
+    # "optim.betas[1]" is the setting optim.betas
+    return path.split("[", 1)[0]
+
+
+def check_start(cfg: Config, resume: bool) -> None:
+    """``factory train``'s checks of a start before torchrun starts (the ranks check it again):
+    the model's vocabulary against the tokenizer's, and the run folder (``check_run_dir``)."""
+    from mixtures.manifest import Manifest
+    from streaming_loader.tokenize import load_tokenizer_spec
+
+    tokenizer = load_tokenizer_spec(cfg.data.tokenizer)
+    resolve_vocab_size(cfg, tokenizer.vocab_size)
+    check_run_dir(cfg, resume, Manifest.load(cfg.data.manifest).fingerprint, tokenizer.sha256)
