@@ -153,7 +153,7 @@ def main() -> int:
     print(f"wrote {spec_path} and {home / 'chosen-manifest.json'} ({manifest.fingerprint})")
     if row is not None:
         print(f"\n· factory lineage {row['run_dir']}")
-        print(format_lineage(read_lineage(row["run_dir"])))
+        print(format_lineage(read_lineage(row["run_dir"], to_print=True)))
     print(f"\nexperiments demo: {time.monotonic() - started:.0f} s (load average {os.getloadavg()[0]:.1f})")
     return 0
 

@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "lineage") -> No
 
 def run(args: argparse.Namespace) -> int:
     checkpoint = checkpoint_dir(args.checkpoint)
-    lineage = read_lineage(checkpoint)
+    lineage = read_lineage(checkpoint, to_print=True)
     catalog = existing_catalog(args.catalog)
     decisions, not_found = checkpoint_decisions(catalog, lineage, checkpoint)
     evals = eval_results(catalog, args.checkpoint)

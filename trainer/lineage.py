@@ -179,9 +179,11 @@ _SECTIONS = {
 }
 
 
-def read_lineage(path: str | Path, *, with_config: bool = False) -> dict[str, Any]:
+def read_lineage(path: str | Path, *, with_config: bool = False, to_print: bool = False) -> dict[str, Any]:
     """The lineage of a checkpoint directory, or of a run directory's newest complete checkpoint;
-    ``InputError`` naming what is missing if the file is not one."""
+    ``InputError`` naming what is missing if the file is not one. ``to_print``: also the pipeline
+    runs' tree that ``format_lineage`` prints (export, eval and resume read none of it, and
+    copy it as it is)."""
     file = checkpoint_dir(path) / "lineage.json"
     try:
         lineage = json.loads(file.read_text(encoding="utf-8"))
@@ -198,7 +200,8 @@ def read_lineage(path: str | Path, *, with_config: bool = False) -> dict[str, An
         missing.append("step")
     if with_config and not isinstance(lineage.get("config"), dict):
         missing.append("config")
-    missing += _missing_in_data(lineage.get("components", []))
+    if to_print:
+        missing += _missing_in_data(lineage.get("components", []))
     if missing:
         raise InputError(f"{file} lacks {', '.join(missing)} of a checkpoint's lineage: the folder is damaged")
     return lineage
