@@ -111,14 +111,7 @@ def test_lineage_names_the_decisions_that_shaped_its_data(catalog, factory_home,
 
 
 def test_a_run_record_is_optional_and_a_broken_one_is_named(factory_home, tmp_path, capsys):
-    manifest = {
-        "name": "m",
-        "fingerprint": "sha256:" + "12" * 32,
-        "components": [{"name": "a", "table": "raw.a", "snapshot_id": 5, "weight": 1.0}],
-    }
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    run_dir = tmp_path / "run"
-    hand_made_checkpoint(run_dir, tmp_path / "manifest.json")
+    run_dir, _ = _hand_made_run(tmp_path)
     assert main(["lineage", str(run_dir)]) == 0  # no factory.json: a run started by hand
     assert "decisions: none recorded for its snapshots, manifest or run" in capsys.readouterr().out
     assert not factory_home.exists()  # no lakehouse here, and none made just to look
@@ -272,7 +265,8 @@ def test_a_run_reached_again_is_shown_once_so_the_tree_grows_with_the_runs_not_t
     assert len(shown.splitlines()) < 120
 
 
-def _crafted_run(factory_home, tmp_path, run: dict) -> Path:
+def _hand_made_run(tmp_path) -> tuple[Path, Path]:
+    """A run folder with one hand-made checkpoint of a one-component manifest: (run, checkpoint)."""
     manifest = {
         "name": "m",
         "fingerprint": "sha256:" + "12" * 32,
@@ -280,7 +274,11 @@ def _crafted_run(factory_home, tmp_path, run: dict) -> Path:
     }
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     run_dir = tmp_path / "run"
-    checkpoint = hand_made_checkpoint(run_dir, tmp_path / "manifest.json")
+    return run_dir, hand_made_checkpoint(run_dir, tmp_path / "manifest.json")
+
+
+def _crafted_run(factory_home, tmp_path, run: dict) -> Path:
+    run_dir, checkpoint = _hand_made_run(tmp_path)
     lineage = json.loads((checkpoint / "lineage.json").read_text())
     lineage["components"][0]["runs"] = [run]
     (checkpoint / "lineage.json").write_text(json.dumps(lineage))
