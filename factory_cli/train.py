@@ -41,17 +41,6 @@ def torchrun_command(args: argparse.Namespace) -> list[str]:
     return command(args.config, args.nproc, args.set, args.resume, nodes)
 
 
-def check_inputs(cfg) -> None:
-    """The manifests and tokenizer the run reads, read once here: a missing or damaged one is
-    refused before torchrun starts (each rank would fail on it, its error among torchrun's)."""
-    from mixtures.manifest import Manifest
-    from streaming_loader.tokenize import load_tokenizer_spec
-
-    for manifest in dict.fromkeys(m for m in (cfg.data.manifest, cfg.eval.manifest) if m):
-        Manifest.load(manifest)
-    load_tokenizer_spec(cfg.data.tokenizer)
-
-
 def run(args: argparse.Namespace) -> int:
     if args.nproc < 1 or args.nnodes < 1:
         raise ConfigError("--nproc and --nnodes must be at least 1")
@@ -60,8 +49,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.set)  # fail here, before starting any rank
     cfg.check_world(args.nproc * args.nnodes)
     cfg.run.check_local_ranks(args.nproc)
-    check_inputs(cfg)
-    check_start(cfg, args.resume)
+    check_start(cfg, args.resume)  # its inputs, vocabulary and run folder, before any rank starts
     return launch(torchrun_command(args), args.nproc)
 
 

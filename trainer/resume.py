@@ -100,11 +100,16 @@ def _key_of(path: str) -> str:
 
 
 def check_start(cfg: Config, resume: bool) -> None:
-    """``factory train``'s checks of a start before torchrun starts (the ranks check it again):
-    the model's vocabulary against the tokenizer's, and the run folder (``check_run_dir``)."""
+    """``factory train``'s checks of a start before torchrun starts (the ranks check it again): the
+    manifests and tokenizer the run reads, each read once here (a missing or damaged one is refused
+    now, not among torchrun's errors), the model's vocabulary against the tokenizer's, and the run
+    folder (``check_run_dir``)."""
     from mixtures.manifest import Manifest
     from streaming_loader.tokenize import load_tokenizer_spec
 
+    manifest = Manifest.load(cfg.data.manifest)
+    if cfg.eval.manifest and cfg.eval.manifest != cfg.data.manifest:
+        Manifest.load(cfg.eval.manifest)
     tokenizer = load_tokenizer_spec(cfg.data.tokenizer)
     resolve_vocab_size(cfg, tokenizer.vocab_size)
-    check_run_dir(cfg, resume, Manifest.load(cfg.data.manifest).fingerprint, tokenizer.sha256)
+    check_run_dir(cfg, resume, manifest.fingerprint, tokenizer.sha256)
