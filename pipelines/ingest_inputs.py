@@ -9,7 +9,7 @@ import math
 import os
 import posixpath
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from lakehouse.errors import InputError
 from lakehouse.redact import redact
 from pipelines.ingest_records import RecordConfig, file_record, jsonl_records, mapping_records, refused
+from pipelines.ingest_streams import DECODE_ERRORS, READ_BYTES, compression_by_name, read_lines, unsupported_message
 
 log = logging.getLogger("factory.ingest")
 
@@ -30,7 +31,10 @@ FORMATS = ("jsonl", "parquet", "files")
 
 # What a directory contributes when no --include is given.
 DEFAULT_INCLUDE = {
-    "jsonl": ("*.jsonl", "*.jsonl.gz", "*.jsonl.zst", "*.ndjson", "*.ndjson.gz", "*.ndjson.zst", "*.json.gz"),
+    "jsonl": (
+        *(f"*.{kind}{z}" for kind in ("jsonl", "ndjson") for z in ("", ".gz", ".zst", ".xz", ".bz2")),
+        "*.json.gz",
+    ),
     "parquet": ("*.parquet",),
     "files": ("*",),
 }
@@ -103,7 +107,19 @@ def discover(
             seen[identity] = found[item.relpath] = item
     if not found:
         raise InputError(f"no {fmt} input files found under {', '.join(paths)} (include: {', '.join(include)})")
+    if fmt == "jsonl":
+        _refuse_unread_compressions(found.values())
     return sorted(found.values(), key=lambda f: f.relpath)
+
+
+def _refuse_unread_compressions(files: Iterable[InputFile]) -> None:
+    """Refuse, before any work, a JSONL file whose name says a compression ingest cannot read:
+    read as text, its every line would be quarantined as invalid-utf8. (One whose name does not
+    say it is caught by its first bytes when read: one ``unreadable`` row.)"""
+    for f in files:
+        compression = compression_by_name(f.relpath)
+        if compression is not None and compression.reader is None:
+            raise InputError(f"input {unsupported_message(f.relpath, compression)}, or leave it out with --exclude")
 
 
 # A listed file: its path in its filesystem, its path inside the input, its size, and what it is
@@ -334,7 +350,7 @@ def check_fields(files: Sequence[InputFile], fmt: str, cfg: RecordConfig) -> Non
 def _field_problem(f: InputFile, fmt: str, named: dict[str, str]) -> str | None:
     try:
         fields = _parquet_fields(f) if fmt == "parquet" else _jsonl_fields(f)
-    except (OSError, ValueError, EOFError):
+    except (OSError, ValueError, EOFError, *DECODE_ERRORS):
         return None
     if fields is None:
         return None
@@ -379,17 +395,18 @@ def _jsonl_fields(f: InputFile) -> Fields | None:
     names: dict[str, set[str]] = {}
     records, budget = 0, SAMPLE_BYTES
     fs, path = f.filesystem()
-    with fs.open_input_stream(path, compression="detect") as stream:
-        lines = io.BufferedReader(stream, buffer_size=1 << 20)
-        while records < SAMPLE_RECORDS and budget > 0:
-            line = lines.readline(budget)
-            if not line:
+    with fs.open_input_stream(path, compression=None) as stream:
+        # A line longer than the whole sample is skipped unheld, as the job refuses it unparsed.
+        for line in read_lines(io.BufferedReader(stream, READ_BYTES), f.relpath, SAMPLE_BYTES):
+            if records >= SAMPLE_RECORDS or budget <= 0:
+                break
+            if not isinstance(line, bytes):  # too long, or a cut-short file's last: the job quarantines them
                 break
             budget -= len(line)
             try:
                 obj = orjson.loads(line)
             except orjson.JSONDecodeError:
-                continue  # malformed, or cut by the byte budget: the job quarantines such lines
+                continue  # malformed: the job quarantines such lines
             if not isinstance(obj, dict):
                 continue
             records += 1
@@ -439,7 +456,7 @@ def read_records(files: Sequence[dict], fmt: str, cfg: RecordConfig) -> Iterator
         f = InputFile(**spec)
         try:
             yield from _read_file(f, fmt, cfg)
-        except (OSError, ValueError, EOFError) as exc:  # corrupt archive, vanished file, bad Parquet
+        except (OSError, ValueError, EOFError, *DECODE_ERRORS) as exc:  # corrupt archive, vanished file, bad Parquet
             # The error may be passing (a store's hiccup, keys fixed later): the file is not
             # recorded as ingested, so --only-new-files tries it again, and the row says so.
             detail = (
@@ -452,8 +469,11 @@ def read_records(files: Sequence[dict], fmt: str, cfg: RecordConfig) -> Iterator
 def _read_file(f: InputFile, fmt: str, cfg: RecordConfig) -> Iterator[dict]:
     fs, path = f.filesystem()
     if fmt == "jsonl":
-        with fs.open_input_stream(path, compression="detect") as stream:
-            yield from jsonl_records(io.BufferedReader(stream, buffer_size=1 << 20), f.relpath, cfg)
+        # Decompressed here, not by pyarrow: pyarrow reads no xz, and its error at a cut loses the
+        # lines of the whole read it ends (ingest_streams.py).
+        with fs.open_input_stream(path, compression=None) as stream:
+            lines = read_lines(io.BufferedReader(stream, READ_BYTES), f.relpath, cfg.max_line_bytes)
+            yield from jsonl_records(lines, f.relpath, cfg)
     elif fmt == "parquet":
         with fs.open_input_file(path) as handle:
             parquet = pq.ParquetFile(handle)

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from lakehouse.errors import InputError
 from lakehouse.schemas import QUARANTINE_RECORD_BYTES
+from pipelines.ingest_streams import CutShort, Line, Overlong
 
 # Columns of a parsed row. origin/ordinal say where the record came from (input-relative file
 # path, line or row number); they order duplicates deterministically and are not stored.
@@ -38,6 +39,13 @@ PARSED_SCHEMA = ", ".join(f"{name} {spark}" for name, _, spark in _PARSED_FIELDS
 
 _SOURCE = re.compile(r"[a-z][a-z0-9_\-]{0,63}\Z")
 
+# The most JSON can grow a text: a control character is six bytes escaped (\u0001). A JSONL line
+# longer than this many times --max-doc-bytes cannot hold a text within it, so it is refused as
+# too-large unread, never held whole.
+JSON_ESCAPE_GROWTH = 6
+# The reason of a compressed file whose data stops mid-stream (its good lines are kept).
+TRUNCATED = "truncated-file"
+
 
 @dataclass(frozen=True)
 class RecordConfig:
@@ -57,6 +65,11 @@ class RecordConfig:
             raise InputError(f"--max-doc-bytes must be positive, got {self.max_doc_bytes}")
         if not self.text_field:
             raise InputError("--text-field must name a field")
+
+    @property
+    def max_line_bytes(self) -> int:
+        """The longest JSONL line read whole; a longer one is too-large whatever it holds."""
+        return JSON_ESCAPE_GROWTH * self.max_doc_bytes
 
 
 def doc_id_for(source: str, key: str) -> str:
@@ -122,17 +135,38 @@ def decode_utf8(raw: bytes) -> tuple[str | None, str | None]:
         return None, f"invalid UTF-8 at byte {exc.start}: {exc.reason}"
 
 
-def jsonl_records(lines: Iterable[bytes], origin: str, cfg: RecordConfig) -> Iterator[dict]:
-    """One row per non-blank line of a JSONL file; ``origin`` is its input-relative path."""
+def jsonl_records(lines: Iterable[Line], origin: str, cfg: RecordConfig) -> Iterator[dict]:
+    """One row per non-blank line of a JSONL file (``origin`` is its input-relative path), as
+    ``pipelines.ingest_streams.read_lines`` gives them: a line too long to read is ``too-large``, and
+    a compressed file cut short ends in one ``truncated-file`` row after its good lines."""
     for line_no, line in enumerate(lines, start=1):
+        position = f"{origin}:{line_no}"
+        if isinstance(line, Overlong):
+            detail = (
+                f"line of {line.size} bytes > {cfg.max_line_bytes} ({JSON_ESCAPE_GROWTH} x --max-doc-bytes "
+                f"{cfg.max_doc_bytes}, the most JSON takes for a text within it); not read whole"
+            )
+            yield refused(cfg, position, position, origin, line_no, "too-large", detail, line.head)
+            continue
+        if isinstance(line, CutShort):
+            yield refused(cfg, position, position, origin, line_no, TRUNCATED, _cut_detail(line, line_no), line.head)
+            return
         line = line.rstrip(b"\r\n")
         if line_no == 1:
             # Windows editors start UTF-8 files with a byte order mark; RFC 8259 lets a parser ignore it.
             line = line.removeprefix(UTF8_BOM)
         if not line.strip():
             continue
-        position = f"{origin}:{line_no}"
         yield _json_record(line, position, origin, line_no, cfg)
+
+
+def _cut_detail(cut: CutShort, line_no: int) -> str:
+    where = f"inside line {line_no}" if cut.head else f"before line {line_no}"
+    return (
+        f"the {cut.compression} data ends without its end marker after {cut.offset} decompressed bytes, "
+        f"{where}: the file is cut short (an interrupted download or copy?); the {line_no - 1} line(s) "
+        "before it were read. Fetch the whole file again: with a new size, --only-new-files reads it again"
+    )
 
 
 def _json_record(raw: bytes, position: str, origin: str, ordinal: int, cfg: RecordConfig) -> dict:

@@ -82,6 +82,23 @@ def test_errors_are_clear_and_exit_non_zero(factory_home):
     assert no_input.returncode == 2 and "does not exist" in no_input.stderr
 
 
+def test_a_python_workers_memory_error_names_its_limit_not_a_traceback():
+    import pyspark  # noqa: F401  (explain asks about memory only once a Spark job may have run)
+
+    from factory_cli.failures import explain
+    from lakehouse.errors import JobMemoryError
+
+    worker = Exception(  # as a PythonException from a reading task shows it
+        "An exception was thrown from the Python worker. Please see the stack trace below.\n"
+        'Traceback (most recent call last):\n  File "pipelines/ingest_inputs.py", line 469, in _read_file\n'
+        "MemoryError\n"
+    )
+    found = explain(worker, argparse.Namespace(max_doc_bytes=1 << 30))
+    assert isinstance(found, JobMemoryError)
+    assert "Python worker ran out of memory" in str(found) and "spark.executor.pyspark.memory" in str(found)
+    assert "--max-doc-bytes 1073741824" in str(found)
+
+
 @pytest.mark.parametrize("command", ["decisions", "run --list"])
 def test_output_into_a_closed_pipe_ends_quietly(factory_home, tmp_path, command):
     """`factory … | head -1`: the reader has gone when the command writes. No traceback, exit 1."""

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import json
 import logging
+import lzma
 import os
 import re
+import tracemalloc
 import types
 
 import pyarrow as pa
@@ -61,19 +65,72 @@ def test_compressed_jsonl_reads_like_plain(tmp_path):
     (tmp_path / "p.jsonl").write_bytes(lines)
     (tmp_path / "g.jsonl.gz").write_bytes(gzip.compress(lines))
     (tmp_path / "z.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(lines))
+    (tmp_path / "x.jsonl.xz").write_bytes(lzma.compress(lines[:16]) + lzma.compress(lines[16:]))  # two streams
+    (tmp_path / "b.JSONL.BZ2").write_bytes(bz2.compress(lines))
+    (tmp_path / "named-plain.jsonl").write_bytes(lzma.compress(lines))  # its first bytes say xz
     cfg = RecordConfig(source="web")
-    for name in ["p.jsonl", "g.jsonl.gz", "z.jsonl.zst"]:
+    names = ["p.jsonl", "g.jsonl.gz", "z.jsonl.zst", "x.jsonl.xz", "b.JSONL.BZ2", "named-plain.jsonl"]
+    for name in names:
         files = discover([str(tmp_path / name)], "jsonl")
-        assert [r["text"] for r in read_records(encode_group(files), "jsonl", cfg)] == ["one", "two"]
+        assert [(r["text"], r["reason"]) for r in read_records(encode_group(files), "jsonl", cfg)] == [
+            ("one", None),
+            ("two", None),
+        ], name
+    in_folder = read_records(encode_group(discover([str(tmp_path)], "jsonl")), "jsonl", cfg)
+    assert sorted(r["text"] for r in in_folder) == sorted(["one", "two"] * len(names))
+
+
+def test_a_compression_ingest_cannot_read_is_refused_not_read_as_text(tmp_path):
+    (tmp_path / "a.jsonl.br").write_bytes(b"\x1b\x0f\x00")
+    with pytest.raises(InputError, match=r"a\.jsonl\.br is brotli-compressed, which ingest does not read.*--exclude"):
+        discover([str(tmp_path / "a.jsonl.br")], "jsonl", include=["*.br"])
+    (tmp_path / "zipped.jsonl").write_bytes(b"PK\x03\x04" + b"\x00" * 40)
+    files = discover([str(tmp_path / "zipped.jsonl")], "jsonl")
+    [row] = read_records(encode_group(files), "jsonl", RecordConfig(source="web"))
+    assert row["reason"] == "unreadable" and "zipped.jsonl is zip-compressed" in row["detail"]
 
 
 def test_a_corrupt_archive_is_one_unreadable_record_after_its_good_lines(tmp_path):
     good = gzip.compress(b'{"text": "one"}\n' * 2000)
-    (tmp_path / "bad.jsonl.gz").write_bytes(good[: len(good) // 2] + b"garbage" * 10)
+    wrong_crc = bytes(b ^ 0xFF for b in good[-8:-4])  # the data decodes whole, then fails its check
+    (tmp_path / "bad.jsonl.gz").write_bytes(good[:-8] + wrong_crc + good[-4:])
     files = discover([str(tmp_path / "bad.jsonl.gz")], "jsonl")
     rows = list(read_records(encode_group(files), "jsonl", RecordConfig(source="web")))
     assert rows[-1]["reason"] == "unreadable"
     assert all(r["reason"] is None for r in rows[:-1])
+
+
+def test_a_cut_short_archive_keeps_its_good_lines_and_records_where_it_stopped(tmp_path):
+    lines = [b'{"text": "line %d %s"}\n' % (i, os.urandom(24).hex().encode()) for i in range(4000)]
+    whole = gzip.compress(b"".join(lines))
+    (tmp_path / "cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    rows = list(
+        read_records(encode_group(discover([str(tmp_path / "cut.jsonl.gz")], "jsonl")), "jsonl", RecordConfig("web"))
+    )
+    *good, cut = rows
+    assert len(good) > 1000 and [json.dumps({"text": r["text"]}).encode() + b"\n" for r in good] == lines[: len(good)]
+    assert cut["reason"] == "truncated-file" and cut["path"] == f"cut.jsonl.gz:{len(good) + 1}"
+    assert "gzip data ends without its end marker after" in cut["detail"]
+    assert f"inside line {len(good) + 1}" in cut["detail"] and lines[len(good)].startswith(cut["record"])
+
+
+def test_a_line_over_the_bound_is_too_large_and_never_held_whole(tmp_path):
+    huge = 32 << 20
+    with (tmp_path / "huge.jsonl").open("wb") as out:
+        out.write(b'{"text": "before"}\n{"text": "')
+        for _ in range(huge >> 20):
+            out.write(b"w" * (1 << 20))
+        out.write(b'"}\n{"text": "after"}\n')
+    files = encode_group(discover([str(tmp_path / "huge.jsonl")], "jsonl"))
+    tracemalloc.start()
+    try:
+        rows = list(read_records(files, "jsonl", RecordConfig(source="web", max_doc_bytes=1000)))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [(r["text"], r["reason"]) for r in rows] == [("before", None), (None, "too-large"), ("after", None)]
+    assert peak < huge // 4, f"{peak} bytes held reading a {huge}-byte line"
+    assert rows[1]["detail"].startswith(f"line of {huge + 12} bytes > 6000 (6 x --max-doc-bytes 1000")
 
 
 def test_parquet_rows_are_read(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import lzma
 import os
 from pathlib import Path
 
@@ -47,32 +48,33 @@ def write_jsonl(path: Path, records: list[dict], compress=None) -> Path:
     return path
 
 
-def test_jsonl_plain_gzip_and_zstd(spark, catalog, tmp_path):
+def test_jsonl_plain_gzip_zstd_and_xz(spark, catalog, tmp_path):
     a = write_jsonl(tmp_path / "a.jsonl", [{"id": "a1", "text": "alpha"}, {"id": "a2", "text": "beta"}])
     b = write_jsonl(tmp_path / "b.jsonl.gz", [{"id": "b1", "text": "gamma"}], gzip.compress)
     c = write_jsonl(tmp_path / "c.jsonl.zst", [{"id": "c1", "text": "delta"}], zstandard.ZstdCompressor().compress)
+    d = write_jsonl(tmp_path / "d.jsonl.xz", [{"id": "d1", "text": "epsilon"}], lzma.compress)
 
     # c by a URI with a query (a signed URL's): its files and bytes were recorded as 0 in factory.inputs.
     result = ingest(
-        spark, catalog, options([a, b, f"{c.as_uri()}?version=1"], "jsonl", id_field="id", run_id="jsonl-1")
+        spark, catalog, options([a, b, f"{c.as_uri()}?version=1", d], "jsonl", id_field="id", run_id="jsonl-1")
     )
 
     docs = rows(catalog, "raw.docs")
-    assert {d["text"] for d in docs} == {"alpha", "beta", "gamma", "delta"}
-    assert {d["doc_id"] for d in docs} == {doc_id_for("web", f"id:{i}") for i in ["a1", "a2", "b1", "c1"]}
+    assert {d["text"] for d in docs} == {"alpha", "beta", "gamma", "delta", "epsilon"}
+    assert {d["doc_id"] for d in docs} == {doc_id_for("web", f"id:{i}") for i in ["a1", "a2", "b1", "c1", "d1"]}
     assert all(d["source"] == "web" and d["n_bytes"] == len(d["text"]) for d in docs)
     snapshot = catalog.load_table(("raw", "docs")).current_snapshot()
     assert snapshot.snapshot_id == result.documents.snapshot_id
     summary = snapshot.summary
     assert summary["factory.job"] == "ingest" and summary["factory.run-id"] == "jsonl-1"
     inputs = json.loads(summary["factory.inputs"])
-    assert [(i["files"], i["bytes"]) for i in inputs] == [(1, p.stat().st_size) for p in (a, b, c)]
+    assert [(i["files"], i["bytes"]) for i in inputs] == [(1, p.stat().st_size) for p in (a, b, c, d)]
     assert json.loads(summary["factory.params"])["id_field"] == "id"
     assert snapshot_stats(snapshot) == {
-        "files": 3,
-        "bytes-in": sum(p.stat().st_size for p in (a, b, c)),
-        "documents-in": 4,
-        "kept": 4,
+        "files": 4,
+        "bytes-in": sum(p.stat().st_size for p in (a, b, c, d)),
+        "documents-in": 5,
+        "kept": 5,
         "quarantined": 0,
     }
 
@@ -140,14 +142,27 @@ def test_bad_jsonl_records_are_quarantined_and_counted_once(spark, catalog, tmp_
         b'"just a string"',
         b'{"id": 1, "text": "same id as the first"}',
         b'{"id": 9, "text": "good two"}',
+        b'{"id": 10, "text": "' + b"z" * 2000 + b'"}',  # over 6 x --max-doc-bytes: refused unread
     ]
     path = tmp_path / "bad.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
+    whole = gzip.compress(b"".join(b'{"id": "c%d", "text": "cut %d"}\n' % (i, i) for i in range(5000)))
+    cut = tmp_path / "cut.jsonl.gz"  # a download cut short: its good lines are kept, the cut quarantined
+    cut.write_bytes(whole[: len(whole) // 2])
 
-    result = ingest(spark, catalog, options([path], "jsonl", id_field="id", max_doc_bytes=200))
+    result = ingest(spark, catalog, options([path, cut], "jsonl", id_field="id", max_doc_bytes=200))
 
-    assert [d["text"] for d in sorted(rows(catalog, "raw.docs"), key=lambda d: d["path"])] == ["good one", "good two"]
+    docs = rows(catalog, "raw.docs")
+    assert [d["text"] for d in sorted(docs, key=lambda d: d["path"]) if d["path"].startswith("bad")] == [
+        "good one",
+        "good two",
+    ]
+    n_cut = len(docs) - 2
+    assert n_cut > 1000 and {d["text"] for d in docs if d["path"].startswith("cut")} == {
+        f"cut {i}" for i in range(n_cut)
+    }
     refused = {r["path"]: r["reason"] for r in rows(catalog, "raw.quarantine")}
+    assert refused.pop(f"cut.jsonl.gz:{n_cut + 1}") == "truncated-file"
     assert refused == {
         "bad.jsonl:2": "malformed-json",
         "bad.jsonl:3": "invalid-utf8",
@@ -157,10 +172,14 @@ def test_bad_jsonl_records_are_quarantined_and_counted_once(spark, catalog, tmp_
         "bad.jsonl:7": "missing-text",
         "bad.jsonl:8": "malformed-json",
         "bad.jsonl:9": "duplicate-id",
+        "bad.jsonl:11": "too-large",
     }
-    assert result.stats["documents-in"] == len(lines)
-    assert result.stats["kept"] + result.stats["quarantined"] == len(lines)
-    assert result.stats["quarantined.malformed-json"] == 2
+    assert result.stats["documents-in"] == len(lines) + n_cut + 1
+    assert result.stats["kept"] + result.stats["quarantined"] == len(lines) + n_cut + 1
+    assert result.stats["quarantined.malformed-json"] == 2 and result.stats["quarantined.truncated-file"] == 1
+    # The cut file was read (its good lines are in): the ledger lists it, unlike an unreadable one.
+    listed = catalog.load_table(("raw", "ingested_files")).scan().to_arrow().column("relpath").to_pylist()
+    assert sorted(listed) == ["bad.jsonl", "cut.jsonl.gz"]
 
 
 def test_ids_are_stable_across_reingest(spark, catalog, tmp_path):
