@@ -22,6 +22,7 @@ from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader
 from pyiceberg.schema import Schema
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from lakehouse.catalog import load_table, resolve
 from lakehouse.commit import snapshot_stats, summary_properties
@@ -91,9 +92,13 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
         return page("error.html", status, status=status, message=str(exc))
 
     @app.exception_handler(HTTPException)
-    async def http_error(_request: Request, exc: HTTPException) -> HTMLResponse:
+    async def http_error(request: Request, exc: HTTPException) -> HTMLResponse:
         message = "no such page" if exc.status_code == 404 else str(exc.detail)
-        return page("error.html", exc.status_code, status=exc.status_code, message=message)
+        response = page("error.html", exc.status_code, status=exc.status_code, message=message)
+        response.headers.update(exc.headers or {})
+        if exc.status_code == 405:  # RFC 9110: a 405 names the methods the resource answers
+            response.headers["Allow"] = _allowed_methods(app, request.scope)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def bad_parameter(_request: Request, exc: RequestValidationError) -> HTMLResponse:
@@ -268,6 +273,16 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
 
     inspection.register(app, sources, page, generation or GenerationSettings())
     return app
+
+
+def _allowed_methods(app: FastAPI, scope: dict) -> str:
+    """The methods some route of the request's path answers. Starlette's 405 names only the first
+    route's: GET /playground's, though POST /playground is a route too."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        if route.matches(scope)[0] is not Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return ", ".join(sorted(methods))
 
 
 def _lineage_or_error(step_dir: Path) -> dict:
