@@ -1,5 +1,6 @@
 """Pages over files a user or another tool wrote (a checkpoint's lineage.json, a run's
-config.resolved.json): a crafted or damaged one is named on a clear page, escaped, never a 500."""
+config.resolved.json, metrics.jsonl and factory.json): a crafted or damaged one is named on a clear
+page, escaped, or passed over, never a 500."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from tests.decisions import hand_made_checkpoint
+from lakehouse.decisions import record_decision
+from tests.decisions import gate_decision, hand_made_checkpoint
 from ui.app import create_app
 from ui.sources import RunDir, Sources, run_manifest_fingerprint
 
@@ -139,3 +141,20 @@ def test_a_run_config_whose_data_is_no_object_leaves_the_home_page_up(client, fa
     (run_dir / "config.resolved.json").write_text(json.dumps({"data": "manifest.json"}))
     home = client.get("/")
     assert home.status_code == 200 and 'href="/runs/runs/tiny"' in home.text, home.text[-800:]
+
+
+def test_metrics_with_bytes_that_are_no_utf8_leave_the_runs_page_up(client, factory_home):
+    run_dir = _run_with_checkpoints(factory_home)
+    record = json.dumps({"kind": "train", "step": 3, "loss": 2.5}).encode()
+    (run_dir / "metrics.jsonl").write_bytes(record + b"\n" + record.replace(b"3", b"4")[:-4] + b"\xc3")
+    page = client.get("/runs/runs/tiny")
+    assert page.status_code == 200 and 'id="last-step">step 3 ' in page.text, page.text[-800:]
+
+
+def test_a_run_record_whose_decisions_are_no_list_leaves_the_decisions_page_up(client, catalog, factory_home):
+    run_dir = _run_with_checkpoints(factory_home)
+    decision = gate_decision()
+    record_decision(catalog, decision)
+    (run_dir / "factory.json").write_text(json.dumps({"run": "tiny", "decisions": 5}))
+    page = client.get(f"/decisions/{decision['decision_id']}")
+    assert page.status_code == 200, page.text[-800:]
