@@ -184,9 +184,16 @@ def read_lineage(path: str | Path, *, with_config: bool = False, to_print: bool 
     ``InputError`` naming what is missing if the file is not one. ``to_print``: also the pipeline
     runs' tree that ``format_lineage`` prints (export, eval and resume read none of it, and
     copy it as it is)."""
-    file = checkpoint_dir(path) / "lineage.json"
+    return lineage_in(checkpoint_dir(path) / "lineage.json", with_config=with_config, to_print=to_print)
+
+
+def lineage_in(file: Path, *, with_config: bool = False, to_print: bool = False) -> dict[str, Any]:
+    """The lineage ``file`` holds, checked as ``read_lineage`` checks it, for a reader that found the
+    checkpoint folder itself (the UI: ``checkpoint_dir`` imports torch, which a page need not)."""
     try:
         lineage = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read {file} ({exc.strerror}): a checkpoint's lineage should be there") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{file} is not the JSON a checkpoint's lineage is ({exc}): the folder is damaged") from None
     if not isinstance(lineage, dict) or not isinstance(lineage.get("manifest"), dict):
@@ -250,10 +257,21 @@ def _missing_in_runs(runs: Any, where: str) -> list[str]:
     return missing
 
 
+# Keys whose readers need more than text: a table is quoted into a link, a snapshot id made an int
+# (``checkpoint_decisions``) and a set's key. The writers record both so (``pipeline_runs``, manifests).
+_KINDS = {"table": (str, "a string"), "snapshot_id": (int, "an integer")}
+
+
 def _missing_keys(value: Any, keys: tuple[str, ...], where: str) -> list[str]:
     if not isinstance(value, dict):
         return [f"{where} (an object)"]
-    return [f"{where}.{key}" for key in keys if key not in value]
+    missing = []
+    for key in keys:
+        if key not in value:
+            missing.append(f"{where}.{key}")
+        elif key in _KINDS and not isinstance(value[key], _KINDS[key][0]):
+            missing.append(f"{where}.{key} ({_KINDS[key][1]})")
+    return missing
 
 
 def checkpoint_dir(path: str | Path) -> Path:

@@ -22,14 +22,16 @@ from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader
 from pyiceberg.schema import Schema
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from lakehouse.catalog import load_table, resolve
 from lakehouse.commit import snapshot_stats, summary_properties
 from lakehouse.decisions import VERDICTS
-from lakehouse.errors import FactoryError, RefNotFoundError, TableNotFoundError
+from lakehouse.errors import FactoryError, InputError, RefNotFoundError, TableNotFoundError
 from lakehouse.redact import redact
 from lakehouse.refs import parse_identifier
 from lakehouse.schemas import CLUSTERS_SCHEMA, QUARANTINE_SCHEMA
+from trainer.lineage import lineage_in
 from ui import clusters as cluster_pages
 from ui import decisions as decision_pages
 from ui import documents, inspection, quarantine
@@ -38,7 +40,7 @@ from ui.generation import GenerationSettings
 from ui.graph import NODE_H, NODE_W, snapshot_graph, snapshot_href
 from ui.rl_lineage import rl_lineage
 from ui.runs import curves, read_metrics, result_curves
-from ui.sources import BadRequest, NotFound, Sources, checkpoint_dirs, is_number, read_json
+from ui.sources import BadRequest, NotFound, Sources, checkpoint_dirs, is_number
 from ui.tables import table_rows
 
 log = logging.getLogger("factory.ui")
@@ -90,9 +92,13 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
         return page("error.html", status, status=status, message=str(exc))
 
     @app.exception_handler(HTTPException)
-    async def http_error(_request: Request, exc: HTTPException) -> HTMLResponse:
+    async def http_error(request: Request, exc: HTTPException) -> HTMLResponse:
         message = "no such page" if exc.status_code == 404 else str(exc.detail)
-        return page("error.html", exc.status_code, status=exc.status_code, message=message)
+        response = page("error.html", exc.status_code, status=exc.status_code, message=message)
+        response.headers.update(exc.headers or {})
+        if exc.status_code == 405:  # RFC 9110: a 405 names the methods the resource answers
+            response.headers["Allow"] = _allowed_methods(app, request.scope)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def bad_parameter(_request: Request, exc: RequestValidationError) -> HTMLResponse:
@@ -215,7 +221,9 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
         step_dir = next((d for d in checkpoint_dirs(run) if d.name == f"step-{int(step)}"), None)
         if step_dir is None:
             raise NotFound(f"run {key!r} has no complete checkpoint at step {step}")
-        lineage = read_json(step_dir / "lineage.json")
+        # Checked as `factory lineage` checks it: a crafted or damaged file is refused naming what is
+        # wrong (a 400 page), where the template or the decisions would fail on it with a 500.
+        lineage = lineage_in(step_dir / "lineage.json", to_print=True)
         shaped, not_found, decisions_error = decision_pages.shaping(sources, lineage, step_dir)
         return page(
             "checkpoint.html",
@@ -233,10 +241,7 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
     def run_page(key: str):
         run = sources.run(key)
         records = read_metrics(run.path)
-        steps = []
-        for step_dir in checkpoint_dirs(run):
-            lineage = read_json(step_dir / "lineage.json")
-            steps.append({"step": int(step_dir.name[5:]), "path": step_dir, "lineage": lineage})
+        steps = [{"step": int(d.name[5:]), "path": d, **_lineage_or_error(d)} for d in checkpoint_dirs(run)]
         last = next((r for r in reversed(records) if r["kind"] == "train"), None)
         evals = run_evals(sources, run.key, run.path.name, str(run.path))
         return page(
@@ -268,6 +273,25 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
 
     inspection.register(app, sources, page, generation or GenerationSettings())
     return app
+
+
+def _allowed_methods(app: FastAPI, scope: dict) -> str:
+    """The methods some route of the request's path answers. Starlette's 405 names only the first
+    route's: GET /playground's, though POST /playground is a route too."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        if route.matches(scope)[0] is not Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return ", ".join(sorted(methods))
+
+
+def _lineage_or_error(step_dir: Path) -> dict:
+    """A checkpoint's checked lineage for its row on the run's page, or why it is refused: one
+    damaged checkpoint leaves the rest of the run's page to show."""
+    try:
+        return {"lineage": lineage_in(step_dir / "lineage.json", to_print=True), "error": None}
+    except InputError as exc:
+        return {"lineage": {}, "error": str(exc)}
 
 
 def _is_kind(table, schema: Schema) -> bool:

@@ -204,7 +204,8 @@ def run_links(sources: Sources, row: dict[str, Any]) -> list[RunLink]:
     links = []
     for run in sources.runs():
         record = read_json(run.path / RUN_RECORD)
-        if row["decision_id"] in (record.get("decisions") or []):
+        listed = record.get("decisions")  # a hand-edited one may hold no list: its checkpoint's page says so
+        if isinstance(listed, list) and row["decision_id"] in listed:
             links.append(RunLink(run, "took this decision"))
         elif run_name and record.get("run") == run_name:
             links.append(RunLink(run, f"a run of {run_name}"))

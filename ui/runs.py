@@ -34,7 +34,8 @@ def curves(run_dir: Path) -> list[tuple[str, str]]:
 @memo(32)
 def _records(path: str, _size: int, _mtime_ns: int) -> list[dict]:
     records = {}
-    for line in Path(path).read_text().splitlines():
+    # errors="replace": bytes that are no UTF-8 (a damaged or hand-edited file) spoil their line only.
+    for line in Path(path).read_text(errors="replace").splitlines():
         try:
             record = json.loads(line)
         except ValueError:  # a line cut short by a crash

@@ -28,6 +28,7 @@ from pyiceberg.table import Table
 from lakehouse.catalog import load_catalog
 from lakehouse.errors import InputError
 from mixtures.manifest import Manifest
+from trainer.lineage import lineage_in
 from ui.cache import CachedCatalog, file_key, memo
 
 # Folders never walked: the warehouse holds only table files, and can be huge.
@@ -117,11 +118,13 @@ class Sources:
 
 
 def run_manifest_fingerprint(run: RunDir) -> str | None:
-    """The fingerprint of the manifest a run trained on, from its newest checkpoint's lineage."""
+    """The fingerprint of the manifest a run trained on, from its newest checkpoint's lineage (a
+    damaged one, which its checkpoint's page names, is passed over)."""
     for step_dir in reversed(checkpoint_dirs(run)):
-        lineage = read_json(step_dir / "lineage.json")
-        if lineage:
-            return lineage.get("manifest", {}).get("fingerprint")
+        try:
+            return lineage_in(step_dir / "lineage.json")["manifest"]["fingerprint"]
+        except InputError:
+            continue
     return None
 
 
@@ -135,7 +138,8 @@ def _manifest(path: str, _size: int, _mtime_ns: int) -> Manifest | None:
 
 @memo(256)
 def _named_manifest(path: str, _size: int, _mtime_ns: int) -> Path | None:
-    named = read_json(Path(path)).get("data", {}).get("manifest")
+    data = read_json(Path(path)).get("data")  # a hand-edited config's "data" may be no object
+    named = data.get("manifest") if isinstance(data, dict) else None
     return Path(named).resolve() if isinstance(named, str) and named else None
 
 

@@ -303,6 +303,13 @@ def _without(value: dict, key: str) -> dict:
         ({"stats": [1]}, "components[0].runs[0].stats (an object)"),
         ({"inputs": [{"table": "raw.b", "runs": [{"job": "x"}]}]}, "components[0].runs[0].inputs[0].snapshot_id"),
         ({"inputs": [{"table": "raw.b", "snapshot_id": 1, "runs": [_without(_RUN, "run_id")]}]}, ".runs[0].run_id"),
+        # Wrong types where more than text is made of them: a link, an int, a set's key.
+        ({"snapshot_id": "5"}, "components[0].runs[0].snapshot_id (an integer)"),
+        ({"table": 7}, "components[0].runs[0].table (a string)"),
+        (
+            {"inputs": [{"table": "raw.b", "snapshot_id": [1]}]},
+            "components[0].runs[0].inputs[0].snapshot_id (an integer)",
+        ),
     ],
 )
 def test_a_crafted_run_in_a_lineage_file_is_refused_naming_the_key(factory_home, tmp_path, capsys, change, named):

@@ -46,6 +46,23 @@ def test_every_page_and_error_page_carries_the_policy(client, method, url, statu
     assert response.headers["content-security-policy"] == CSP
 
 
+@pytest.mark.parametrize(
+    ("method", "url", "allow"),
+    [
+        ("POST", "/", "GET, HEAD"),
+        ("DELETE", "/runs/x/checkpoints/3", "GET, HEAD"),
+        # Two routes answer the path: Starlette's own 405 named only the first one's methods.
+        ("PUT", "/playground", "GET, HEAD, POST"),
+        ("DELETE", "/ratings", "GET, HEAD, POST"),
+    ],
+)
+def test_a_405_names_the_methods_its_path_answers(client, method, url, allow):
+    """RFC 9110: a 405 response carries an Allow header."""
+    response = client.request(method, url)
+    assert response.status_code == 405 and response.headers.get("allow") == allow, response.headers
+    assert response.headers["content-security-policy"] == CSP
+
+
 def test_an_internal_error_page_carries_the_policy(client, monkeypatch):
     def broken(_catalog):
         raise RuntimeError("a bug")
