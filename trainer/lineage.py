@@ -203,6 +203,9 @@ def lineage_in(file: Path, *, with_config: bool = False, to_print: bool = False)
         section = lineage.get(name)
         # An object first: "path" is "in" the string "path sha256" too.
         missing += [f"{name}.{key}" for key in keys if key not in section] if isinstance(section, dict) else [name]
+    tokenizer = lineage.get("tokenizer")
+    if isinstance(tokenizer, dict) and not isinstance(tokenizer.get("sha256", ""), str):
+        missing.append("tokenizer.sha256 (a string)")  # printed cut short, and compared with a file's hash
     if not isinstance(lineage.get("step"), int):
         missing.append("step")
     if with_config and not isinstance(lineage.get("config"), dict):

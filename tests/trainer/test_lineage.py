@@ -327,3 +327,13 @@ def test_control_characters_in_a_lineage_file_are_printed_escaped(factory_home, 
     out = capsys.readouterr().out
     assert "run ing-\\x1b[31mred\\x1b[0m\\r\\u202e → raw.a@5" in out, out
     assert "\x1b" not in out and "\r" not in out
+
+
+def test_a_tokenizer_hash_that_is_no_string_is_refused_naming_the_key(factory_home, tmp_path, capsys):
+    run_dir, checkpoint = _hand_made_run(tmp_path)
+    lineage = json.loads((checkpoint / "lineage.json").read_text())
+    lineage["tokenizer"]["sha256"] = 12345
+    (checkpoint / "lineage.json").write_text(json.dumps(lineage))
+    assert main(["lineage", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "lacks tokenizer.sha256 (a string) of a checkpoint's lineage" in err and "Traceback" not in err, err
