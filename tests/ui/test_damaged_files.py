@@ -17,6 +17,7 @@ from lakehouse.catalog import ensure_table
 from lakehouse.decisions import record_decision
 from lakehouse.schemas import CLUSTERS_SCHEMA
 from tests.decisions import gate_decision, hand_made_checkpoint
+from tests.rl_section import CRAFTED_RL, rl_section
 from tests.ui.rl_home import make_rl_home
 from ui.app import create_app
 from ui.sources import RunDir, Sources, run_manifest_fingerprint
@@ -88,6 +89,15 @@ DAMAGED = {
     "tokenizer hash a number": (
         _changed(lambda d: d["tokenizer"].update(sha256=12345)),
         "lacks tokenizer.sha256 (a string) of",
+    ),
+    # An RL checkpoint's own part (rl/learner.py): checked by rl.lineage, as factory lineage checks it.
+    **{
+        f"rl: {name}": (_changed(lambda d, change=change: d.update(rl=rl_section(change))), f"lacks {named}")
+        for name, (change, named) in CRAFTED_RL.items()
+    },
+    "rl: tasks' inputs not JSON": (
+        _changed(lambda d: d.update(rl=rl_section(lambda rl: rl["tasks"].update(inputs="[{")))),
+        "lineage.json at rl.tasks.inputs is not a JSON list of inputs",
     ),
 }
 
