@@ -13,6 +13,7 @@ from pyiceberg.catalog import Catalog
 
 from factory_cli.text import printable
 from lakehouse.redact import redact, redact_json
+from rl.lineage import check_rl_lineage
 from trainer.lineage import checkpoint_decisions, checkpoint_dir, format_lineage, read_lineage
 
 
@@ -24,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "lineage") -> No
 def run(args: argparse.Namespace) -> int:
     checkpoint = checkpoint_dir(args.checkpoint)
     lineage = read_lineage(checkpoint, to_print=True)
+    check_rl_lineage(lineage, checkpoint / "lineage.json")  # an RL checkpoint's own part, printed first
     catalog = existing_catalog(args.catalog)
     decisions, not_found = checkpoint_decisions(catalog, lineage, checkpoint)
     evals = eval_results(catalog, args.checkpoint)

@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
@@ -38,7 +39,7 @@ from sqlalchemy.exc import OperationalError
 
 from lakehouse import lease
 from lakehouse.catalog import load_table
-from lakehouse.errors import CommitError, InvalidIdentifierError
+from lakehouse.errors import CommitError, InputError, InvalidIdentifierError
 from lakehouse.faults import maybe_fail
 from lakehouse.parquet import split_uri
 from lakehouse.redact import redact
@@ -187,6 +188,46 @@ def snapshot_stats(snapshot: Snapshot) -> dict[str, int]:
         for key, value in summary.items()
         if key.startswith(STATS_PREFIX) and value.lstrip("-").isdigit()
     }
+
+
+# A summary property is text anyone committing to the catalog may write (another tool, a hand-made
+# commit): its readers take these two through here, refused with a clear error, not a traceback.
+_SUMMARY_JSON = "a factory run records one there; was the snapshot committed by another tool?"
+
+
+def recorded_inputs(text: str | None, where: str) -> list[dict[str, Any]]:
+    """The inputs a run recorded (``factory.inputs``, JSON text; None: none), each a JSON object, a
+    table's with its ``table`` name and integer ``snapshot_id``; ``InputError`` naming ``where`` (the
+    snapshot and key) if it holds anything else."""
+    entries = _summary_json(text, "[]", where, list, "a JSON list of inputs")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise InputError(f"{where}: input [{i}] is {entry!r}, not an object: {_SUMMARY_JSON}")
+        if "table" in entry and not (isinstance(entry["table"], str) and _is_int(entry.get("snapshot_id"))):
+            raise InputError(
+                f"{where}: input [{i}] is {entry!r}, no table name with an integer snapshot_id: {_SUMMARY_JSON}"
+            )
+    return entries
+
+
+def recorded_params(text: str | None, where: str) -> dict[str, Any]:
+    """The parameters a run recorded (``factory.params``, JSON text; None: none) as an object;
+    ``InputError`` naming ``where`` if it holds anything else."""
+    return _summary_json(text, "{}", where, dict, "a JSON object of parameters")
+
+
+def _summary_json(text: str | None, default: str, where: str, kind: type, what: str) -> Any:
+    try:
+        value = json.loads(default if text is None else text)
+    except (TypeError, ValueError) as exc:  # TypeError: a lineage.json copy holding no text
+        raise InputError(f"{where} is not {what} ({exc}): {_SUMMARY_JSON}") from None
+    if not isinstance(value, kind):
+        raise InputError(f"{where} holds a {type(value).__name__}, not {what}: {_SUMMARY_JSON}")
+    return value
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def commit_files(

@@ -333,7 +333,8 @@ def lineage_record(
     """An RL checkpoint's lineage.json: the starting checkpoint's data (as its own lineage records it,
     so ``factory lineage`` and ``factory eval`` read an RL checkpoint as any other), and under ``rl`` the
     starting checkpoint itself, the tasks (a table's snapshot), the RL config and the ``rl.rollouts``
-    snapshot holding the run's rollouts up to this step."""
+    snapshot holding the run's rollouts up to this step. Its readers check that section with
+    ``rl.lineage.check_rl_lineage`` (a page imports that, not this module and torch)."""
     inherited = {k: v for k, v in start.lineage.items() if k not in ("checkpoint", "step", "code_version", "rl")}
     rl = {
         "start": {

@@ -203,6 +203,9 @@ def lineage_in(file: Path, *, with_config: bool = False, to_print: bool = False)
         section = lineage.get(name)
         # An object first: "path" is "in" the string "path sha256" too.
         missing += [f"{name}.{key}" for key in keys if key not in section] if isinstance(section, dict) else [name]
+    tokenizer = lineage.get("tokenizer")
+    if isinstance(tokenizer, dict) and not isinstance(tokenizer.get("sha256", ""), str):
+        missing.append("tokenizer.sha256 (a string)")  # printed cut short, and compared with a file's hash
     if not isinstance(lineage.get("step"), int):
         missing.append("step")
     if with_config and not isinstance(lineage.get("config"), dict):
@@ -229,7 +232,7 @@ def _missing_in_data(components: Any) -> list[str]:
     missing = []
     for i, component in enumerate(components):
         where = f"components[{i}]"
-        missing += _missing_keys(component, _COMPONENT, where)
+        missing += missing_keys(component, _COMPONENT, where)
         if isinstance(component, dict):
             missing += _missing_in_runs(component.get("runs", []), f"{where}.runs")
     return missing
@@ -241,7 +244,7 @@ def _missing_in_runs(runs: Any, where: str) -> list[str]:
     missing = []
     for i, run in enumerate(runs):
         at = f"{where}[{i}]"
-        missing += _missing_keys(run, _RUN, at)
+        missing += missing_keys(run, _RUN, at)
         if not isinstance(run, dict):
             continue
         if not isinstance(run.get("stats"), dict):
@@ -252,7 +255,7 @@ def _missing_in_runs(runs: Any, where: str) -> list[str]:
             continue
         for k, entry in enumerate(inputs):
             if "table" in entry:
-                missing += _missing_keys(entry, _TABLE_INPUT, f"{at}.inputs[{k}]")
+                missing += missing_keys(entry, _TABLE_INPUT, f"{at}.inputs[{k}]")
                 missing += _missing_in_runs(entry.get("runs", []), f"{at}.inputs[{k}].runs")
     return missing
 
@@ -262,15 +265,20 @@ def _missing_in_runs(runs: Any, where: str) -> list[str]:
 _KINDS = {"table": (str, "a string"), "snapshot_id": (int, "an integer")}
 
 
-def _missing_keys(value: Any, keys: tuple[str, ...], where: str) -> list[str]:
+def missing_keys(
+    value: Any, keys: tuple[str, ...], where: str, kinds: dict[str, tuple[type, str]] | None = None
+) -> list[str]:
+    """The paths of ``keys`` that ``value`` (found at ``where``) lacks, or holds as another kind than
+    ``kinds`` (default: a table a string, a snapshot id an integer) says; ``where`` if it is no object."""
     if not isinstance(value, dict):
         return [f"{where} (an object)"]
+    kinds = _KINDS if kinds is None else kinds
     missing = []
     for key in keys:
         if key not in value:
             missing.append(f"{where}.{key}")
-        elif key in _KINDS and not isinstance(value[key], _KINDS[key][0]):
-            missing.append(f"{where}.{key} ({_KINDS[key][1]})")
+        elif key in kinds and not isinstance(value[key], kinds[key][0]):
+            missing.append(f"{where}.{key} ({kinds[key][1]})")
     return missing
 
 

@@ -31,6 +31,7 @@ from lakehouse.errors import FactoryError, InputError, RefNotFoundError, TableNo
 from lakehouse.redact import redact
 from lakehouse.refs import parse_identifier
 from lakehouse.schemas import CLUSTERS_SCHEMA, QUARANTINE_SCHEMA
+from rl.lineage import check_rl_lineage
 from trainer.lineage import lineage_in
 from ui import clusters as cluster_pages
 from ui import decisions as decision_pages
@@ -223,7 +224,7 @@ def create_app(sources: Sources, generation: GenerationSettings | None = None) -
             raise NotFound(f"run {key!r} has no complete checkpoint at step {step}")
         # Checked as `factory lineage` checks it: a crafted or damaged file is refused naming what is
         # wrong (a 400 page), where the template or the decisions would fail on it with a 500.
-        lineage = lineage_in(step_dir / "lineage.json", to_print=True)
+        lineage = _checked_lineage(step_dir)
         shaped, not_found, decisions_error = decision_pages.shaping(sources, lineage, step_dir)
         return page(
             "checkpoint.html",
@@ -289,9 +290,17 @@ def _lineage_or_error(step_dir: Path) -> dict:
     """A checkpoint's checked lineage for its row on the run's page, or why it is refused: one
     damaged checkpoint leaves the rest of the run's page to show."""
     try:
-        return {"lineage": lineage_in(step_dir / "lineage.json", to_print=True), "error": None}
+        return {"lineage": _checked_lineage(step_dir), "error": None}
     except InputError as exc:
         return {"lineage": {}, "error": str(exc)}
+
+
+def _checked_lineage(step_dir: Path) -> dict:
+    """A checkpoint's lineage checked as ``factory lineage`` checks it, an RL checkpoint's ``rl``
+    section too: what the pages read of it is there, as the kind of value they read."""
+    lineage = lineage_in(step_dir / "lineage.json", to_print=True)
+    check_rl_lineage(lineage, step_dir / "lineage.json")
+    return lineage
 
 
 def _is_kind(table, schema: Schema) -> bool:

@@ -5,7 +5,6 @@ Jaccard of the project's shingles and the MinHash estimate, computed by the dedu
 from __future__ import annotations
 
 import difflib
-import json
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -13,7 +12,7 @@ from pyiceberg.expressions import EqualTo, GreaterThan
 from pyiceberg.table import Table
 
 from lakehouse.catalog import load_table
-from lakehouse.commit import summary_properties
+from lakehouse.commit import recorded_inputs, recorded_params, summary_properties
 from lakehouse.compact import data_snapshot
 from lakehouse.refs import parse_identifier
 from pipelines.minhash import MinHashConfig, estimated_similarity, signatures
@@ -72,13 +71,11 @@ def cluster_members(catalog, table: Table, snapshot_id: int, cluster_id: str) ->
     if not rows:
         raise NotFound(f"no cluster {cluster_id!r} in this snapshot")
     # The dedup run that made these rows, through any compaction since (its params, its inputs).
-    props = summary_properties(data_snapshot(table, table.snapshot_by_id(snapshot_id)))
-    params = json.loads(props.get("factory.params", "{}"))
-    sources = [
-        (entry["table"], int(entry["snapshot_id"]))
-        for entry in json.loads(props.get("factory.inputs", "[]"))
-        if "table" in entry
-    ]
+    made = data_snapshot(table, table.snapshot_by_id(snapshot_id))
+    props, where = summary_properties(made), f"{'.'.join(table.name())}@{made.snapshot_id}'s"
+    params = recorded_params(props.get("factory.params"), f"{where} factory.params")
+    inputs = recorded_inputs(props.get("factory.inputs"), f"{where} factory.inputs")
+    sources = [(entry["table"], entry["snapshot_id"]) for entry in inputs if "table" in entry]
     rows.sort(key=lambda r: (not r["kept"], r["doc_id"]))
     members = []
     for row in rows:

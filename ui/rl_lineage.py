@@ -4,11 +4,11 @@ raw snapshots its build read, the ``rl.rollouts`` snapshot and run, and the conf
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lakehouse.commit import recorded_inputs
 from ui.checkpoints import Checkpoint, Labels
 from ui.sources import Sources
 
@@ -26,7 +26,8 @@ class RLLineage:
 
 
 def rl_lineage(sources: Sources, lineage: dict[str, Any]) -> RLLineage | None:
-    """The ``rl`` section of a checkpoint's lineage.json; None for a checkpoint of pre-training."""
+    """The ``rl`` section of a checkpoint's lineage.json, checked first (``rl.lineage.check_rl_lineage``);
+    None for a checkpoint of pre-training."""
     rl = lineage.get("rl")
     if not isinstance(rl, dict):
         return None
@@ -47,8 +48,4 @@ def rl_lineage(sources: Sources, lineage: dict[str, Any]) -> RLLineage | None:
 
 def _inputs(recorded: str | None) -> list[dict[str, Any]]:
     """The table inputs of the tasks' build, recorded as its snapshot's ``factory.inputs`` JSON."""
-    try:
-        entries = json.loads(recorded or "[]")
-    except ValueError:  # a hand-edited lineage: the page shows the rest
-        return []
-    return [e for e in entries if isinstance(e, dict) and "table" in e]
+    return [e for e in recorded_inputs(recorded, "rl.tasks.inputs") if "table" in e]

@@ -13,7 +13,6 @@ generated family's task (``arithmetic/...``) names no table: its id makes the pr
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +20,8 @@ from cachetools.keys import hashkey
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression, EqualTo
 from pyiceberg.table import Table
 
-from lakehouse.commit import summary_properties
+from lakehouse.commit import recorded_inputs, summary_properties
+from lakehouse.errors import InputError
 from lakehouse.refs import parse_identifier
 from rl.families import arithmetic_tasks
 from rl.rollouts_table import KINDS, ROLLOUTS_TABLE
@@ -114,7 +114,10 @@ def task_prompt(sources: Sources, table: Table, row: dict[str, Any]) -> tuple[st
     """The prompt of a rollout's task, and where it came from (or why it is not at hand)."""
     if row["task_id"] in _arithmetic_prompts():
         return _arithmetic_prompts()[row["task_id"]], "the arithmetic family (rl/families.py), from the task's id"
-    found = run_tasks(table, row["run_id"])
+    try:
+        found = run_tasks(table, row["run_id"])
+    except InputError as exc:  # a commit by another tool: the rest of the rollout's page still shows
+        return None, str(exc)
     if found is None:
         return None, "the run's rollouts name no tasks table"
     name, snapshot_id = found
@@ -134,9 +137,10 @@ def run_tasks(table: Table, run_id: str) -> tuple[str, int] | None:
         summary = summary_properties(snapshot)
         if summary.get("factory.rl-run-id") != run_id:
             continue
-        for entry in json.loads(summary.get("factory.inputs") or "[]"):
+        where = f"{'.'.join(table.name())}@{snapshot.snapshot_id}'s factory.inputs"
+        for entry in recorded_inputs(summary.get("factory.inputs") or None, where):
             if "table" in entry:
-                return entry["table"], int(entry["snapshot_id"])
+                return entry["table"], entry["snapshot_id"]
     return None
 
 

@@ -13,6 +13,7 @@ from lakehouse.commit import Run, commit_files
 from lakehouse.decisions import record_decision
 from lakehouse.refs import PinnedRef
 from lakehouse.schemas import DOCUMENT_SCHEMA
+from rl.train_config import load_rl_config
 from tests.conftest import run_factory
 from tests.decisions import (
     ablation_decision,
@@ -22,6 +23,7 @@ from tests.decisions import (
     pinned_manifest,
     write_run_record,
 )
+from tests.rl_section import CRAFTED_RL, RL_SECTION, rl_section
 from trainer.lineage import format_lineage, pipeline_runs
 
 
@@ -158,26 +160,7 @@ def test_factory_lineage_prints_the_decisions_after_the_data(catalog, factory_ho
 
 
 def test_an_rl_checkpoint_shows_its_task_snapshot_rollouts_and_config():
-    rl = {
-        "start": {"checkpoint": "/runs/pre/checkpoints/step-40", "step": 40},
-        "tasks": {
-            "source": "table",
-            "table": "rl.tasks",
-            "snapshot_id": 11,
-            "tasks": 2,
-            "heldout": 1,
-            "build_run_id": "rl-build-1",
-            "inputs": json.dumps([{"table": "raw.rl_repositories", "snapshot_id": 7, "repository": "toy"}]),
-        },
-        "rollouts": {"table": "rl.rollouts", "snapshot_id": 22, "run_id": "rl-abc"},
-        "config": {
-            "run": {"seed": 3},
-            "train": {"steps": 4},
-            "rollout": {"tasks_per_step": 2, "group_size": 4},
-            "grpo": {"kl_beta": 0.04},
-            "optim": {"lr": 0.01},
-        },
-    }
+    rl = RL_SECTION
     inherited = {  # the starting checkpoint's, as an RL checkpoint keeps them
         "manifest": {"path": "m.yaml", "fingerprint": "f"},
         "tokenizer": {"path": "tok.json", "sha256": "0" * 64},
@@ -327,3 +310,58 @@ def test_control_characters_in_a_lineage_file_are_printed_escaped(factory_home, 
     out = capsys.readouterr().out
     assert "run ing-\\x1b[31mred\\x1b[0m\\r\\u202e → raw.a@5" in out, out
     assert "\x1b" not in out and "\r" not in out
+
+
+@pytest.mark.parametrize("crafted", CRAFTED_RL)
+def test_a_crafted_rl_section_is_refused_naming_the_file_and_key(factory_home, tmp_path, capsys, crafted):
+    change, named = CRAFTED_RL[crafted]
+    rl = rl_section(change)
+    run_dir, checkpoint = _hand_made_run(tmp_path)
+    lineage = json.loads((checkpoint / "lineage.json").read_text())
+    (checkpoint / "lineage.json").write_text(json.dumps({**lineage, "rl": rl}))
+    assert main(["lineage", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert f"{checkpoint / 'lineage.json'} lacks" in err and named in err and "RL checkpoint's lineage" in err, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("inputs", "named"),
+    [
+        ('[{"table": "raw.r", "snapshot_id": 7', "is not a JSON list of inputs"),
+        ('{"table": "raw.r"}', "holds a dict, not a JSON list of inputs"),
+        ('[{"table": "raw.r", "snapshot_id": "7"}]', "input [0] is"),
+    ],
+)
+def test_the_tasks_inputs_of_an_rl_section_are_checked_as_a_snapshots_are(
+    factory_home, tmp_path, capsys, inputs, named
+):
+    run_dir, checkpoint = _hand_made_run(tmp_path)
+    lineage = json.loads((checkpoint / "lineage.json").read_text())
+    rl = rl_section(lambda rl: rl["tasks"].update(inputs=inputs))
+    (checkpoint / "lineage.json").write_text(json.dumps({**lineage, "rl": rl}))
+    assert main(["lineage", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert f"{checkpoint / 'lineage.json'} at rl.tasks.inputs" in err and named in err, err
+
+
+def test_an_rl_checkpoint_as_it_is_written_is_printed(factory_home, tmp_path, capsys):
+    run_dir, checkpoint = _hand_made_run(tmp_path)
+    lineage = json.loads((checkpoint / "lineage.json").read_text())
+    # As lineage_record writes it: the whole config, a start's identity, no rollouts committed yet.
+    config = load_rl_config(None, raw={"start": {"checkpoint": "/runs/pre"}}).to_dict()
+    start = {**RL_SECTION["start"], "identity": "x", "rl": None}
+    rl = rl_section(lambda rl: rl.update(rollouts=None, start=start, config=config))
+    (checkpoint / "lineage.json").write_text(json.dumps({**lineage, "rl": rl}))
+    assert main(["lineage", str(run_dir)]) == 0
+    assert "tasks rl.tasks@11 (built by rl-build-1 from raw.rl_repositories@7)" in capsys.readouterr().out
+
+
+def test_a_tokenizer_hash_that_is_no_string_is_refused_naming_the_key(factory_home, tmp_path, capsys):
+    run_dir, checkpoint = _hand_made_run(tmp_path)
+    lineage = json.loads((checkpoint / "lineage.json").read_text())
+    lineage["tokenizer"]["sha256"] = 12345
+    (checkpoint / "lineage.json").write_text(json.dumps(lineage))
+    assert main(["lineage", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "lacks tokenizer.sha256 (a string) of a checkpoint's lineage" in err and "Traceback" not in err, err

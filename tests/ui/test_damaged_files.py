@@ -9,11 +9,16 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from starlette.testclient import TestClient
 
+from lakehouse.catalog import ensure_table
 from lakehouse.decisions import record_decision
+from lakehouse.schemas import CLUSTERS_SCHEMA
 from tests.decisions import gate_decision, hand_made_checkpoint
+from tests.rl_section import CRAFTED_RL, rl_section
+from tests.ui.rl_home import make_rl_home
 from ui.app import create_app
 from ui.sources import RunDir, Sources, run_manifest_fingerprint
 
@@ -81,6 +86,19 @@ DAMAGED = {
         _changed(lambda d: _component(d)["runs"][0].update(stats=[])),
         "lacks components[0].runs[0].stats (an object)",
     ),
+    "tokenizer hash a number": (
+        _changed(lambda d: d["tokenizer"].update(sha256=12345)),
+        "lacks tokenizer.sha256 (a string) of",
+    ),
+    # An RL checkpoint's own part (rl/learner.py): checked by rl.lineage, as factory lineage checks it.
+    **{
+        f"rl: {name}": (_changed(lambda d, change=change: d.update(rl=rl_section(change))), f"lacks {named}")
+        for name, (change, named) in CRAFTED_RL.items()
+    },
+    "rl: tasks' inputs not JSON": (
+        _changed(lambda d: d.update(rl=rl_section(lambda rl: rl["tasks"].update(inputs="[{")))),
+        "lineage.json at rl.tasks.inputs is not a JSON list of inputs",
+    ),
 }
 
 
@@ -121,15 +139,6 @@ def test_the_message_naming_a_damaged_lineage_is_escaped(client, factory_home):
     assert "<i>" not in page.text
 
 
-def test_a_tokenizer_hash_that_is_no_string_is_shown_as_text(client, factory_home):
-    lineage_file = _run_with_checkpoints(factory_home) / "checkpoints" / "step-4" / "lineage.json"
-    lineage = json.loads(lineage_file.read_text())
-    lineage["tokenizer"]["sha256"] = 12345
-    lineage_file.write_text(json.dumps(lineage))
-    page = client.get("/runs/runs/tiny/checkpoints/4")
-    assert page.status_code == 200 and "sha256 12345…" in page.text, page.text[-800:]
-
-
 def test_a_runs_manifest_is_found_past_a_damaged_newest_lineage(catalog, factory_home):
     run_dir = _run_with_checkpoints(factory_home)
     (run_dir / "checkpoints" / "step-4" / "lineage.json").write_text(json.dumps({"manifest": "m.json"}))
@@ -158,3 +167,65 @@ def test_a_run_record_whose_decisions_are_no_list_leaves_the_decisions_page_up(c
     (run_dir / "factory.json").write_text(json.dumps({"run": "tiny", "decisions": 5}))
     page = client.get(f"/decisions/{decision['decision_id']}")
     assert page.status_code == 200, page.text[-800:]
+
+
+def _commit_by_hand(table, rows: list[dict], summary: dict[str, str]) -> None:
+    """Rows committed as another tool would: pyiceberg's append, the summary written by hand."""
+    table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()), snapshot_properties=summary)
+
+
+# Each: a hand-written summary property, and what the refusal says of it.
+HAND_WRITTEN = {
+    "inputs not JSON": ({"factory.inputs": "[{"}, "factory.inputs is not a JSON list of inputs"),
+    "inputs an object": ({"factory.inputs": '{"table": "raw.a"}'}, "factory.inputs holds a dict, not a JSON list"),
+    "an input a number": ({"factory.inputs": "[5]"}, "factory.inputs: input [0] is 5, not an object"),
+    "an input's snapshot a word": (
+        {"factory.inputs": '[{"table": "raw.a", "snapshot_id": "five"}]'},
+        "factory.inputs: input [0] is",
+    ),
+    "params a list": ({"factory.params": "[1]"}, "factory.params holds a list, not a JSON object of parameters"),
+}
+
+
+def _hand_made_clusters(catalog, summary: dict[str, str]) -> None:
+    table = ensure_table(catalog, ("dedup", "hand_clusters"), CLUSTERS_SCHEMA)
+    row = {"doc_id": "d1", "cluster_id": "d1", "kept": True, "cluster_size": 2, "against": False}
+    _commit_by_hand(table, [row, {**row, "doc_id": "d2", "kept": False, "duplicate_of": "d1"}], summary)
+
+
+@pytest.mark.parametrize("written", HAND_WRITTEN)
+def test_a_clusters_snapshot_with_a_hand_written_summary_is_named(client, catalog, written):
+    summary, says = HAND_WRITTEN[written]
+    _hand_made_clusters(catalog, summary)
+    snapshot_id = catalog.load_table(("dedup", "hand_clusters")).current_snapshot().snapshot_id
+    page = client.get("/tables/dedup.hand_clusters/snapshots/main/clusters/d1")
+    assert page.status_code == 400, (written, page.status_code, page.text[-800:])
+    shown = html.unescape(page.text)
+    assert f"dedup.hand_clusters@{snapshot_id}'s {says}" in shown, shown[-800:]
+    assert "another tool" in shown and "Traceback" not in shown
+
+
+def test_a_clusters_snapshot_whose_summary_records_no_run_shows_its_members(client, catalog):
+    _hand_made_clusters(catalog, {"factory.params": '{"ngram": 3}', "factory.inputs": '[{"uri": "file:///a"}]'})
+    page = client.get("/tables/dedup.hand_clusters/snapshots/main/clusters/d1")
+    assert page.status_code == 200 and "d2" in page.text, page.text[-800:]
+    _hand_made_clusters(catalog, {})  # no factory.* at all: nothing to read the texts from
+    assert client.get("/tables/dedup.hand_clusters/snapshots/main/clusters/d1").status_code == 200
+
+
+@pytest.mark.parametrize("written", [w for w in HAND_WRITTEN if "params" not in w])
+def test_a_rollouts_snapshot_with_a_hand_written_summary_leaves_the_rollouts_page_up(
+    client, catalog, factory_home, written
+):
+    summary, says = HAND_WRITTEN[written]
+    home = make_rl_home(factory_home, catalog)
+    table = catalog.load_table(("rl", "rollouts"))
+    task_row = next(r for r in home.rows if r["task_id"] == "t-add")  # a table's task: its prompt is looked up
+    row = {**task_row, "run_id": "hand-run", "rollout_id": "f" * 32}
+    _commit_by_hand(table, [row], {"factory.rl-run-id": "hand-run", **summary})
+    snapshot_id = catalog.load_table(("rl", "rollouts")).current_snapshot().snapshot_id
+    page = client.get(f"/rollouts/{'f' * 32}")
+    assert page.status_code == 200, (written, page.status_code, page.text[-800:])
+    shown = html.unescape(page.text)
+    assert f'<p class="muted" id="no-prompt">not at hand: rl.rollouts@{snapshot_id}\'s {says}' in shown, shown[-800:]
+    assert 'id="completion"' in shown

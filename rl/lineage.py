@@ -1,0 +1,73 @@
+"""The ``rl`` section of an RL checkpoint's lineage.json (``rl.learner.lineage_record`` writes it),
+checked for what its readers take from it without looking: ``factory lineage`` prints it
+(``trainer.lineage.format_lineage``) and the UI's checkpoint page shows it (ui/rl_lineage.py).
+
+``trainer.lineage.lineage_in`` checks the rest of the file; it cannot check this section, which
+rl/ defines and trainer/ may not import. Not in rl/learner.py: a page should not import torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lakehouse.commit import recorded_inputs
+from lakehouse.errors import InputError
+from trainer.lineage import missing_keys
+
+# Keys whose readers need more than text: a start's folder is made a path, a table quoted into a
+# link, a snapshot id an integer in one; ``lineage_record`` writes each so.
+_KINDS = {
+    "checkpoint": (str, "a string"),
+    "step": (int, "an integer"),
+    "table": (str, "a string"),
+    "snapshot_id": (int, "an integer"),
+}
+
+# What ``format_lineage`` reads of a non-empty ``rl.config`` (section, key): the rest is shown as it is.
+_CONFIG = (("run", "seed"), ("train", "steps"), ("optim", "lr"))
+_CONFIG_SECTIONS = ("rollout", "grpo")  # read with .get: objects where they are there
+
+
+def check_rl_lineage(lineage: dict[str, Any], file: Path) -> None:
+    """Raise ``InputError`` naming ``file`` and each key path (``rl.start.step``) where the lineage's
+    ``rl`` section lacks what its readers take, or holds another kind of value; a lineage with
+    none (a pre-training checkpoint's) passes."""
+    rl = lineage.get("rl")
+    if not rl:  # the readers pass over an empty section as over none
+        return
+    missing = _missing_in_rl(rl)
+    if missing:
+        raise InputError(f"{file} lacks {', '.join(missing)} of an RL checkpoint's lineage: the folder is damaged")
+    inputs = rl["tasks"].get("inputs")
+    if inputs is not None:  # the text the tasks' snapshot summary holds, copied as it was
+        recorded_inputs(inputs, f"{file} at rl.tasks.inputs")
+
+
+def _missing_in_rl(rl: Any) -> list[str]:
+    if not isinstance(rl, dict):
+        return ["rl (an object)"]
+    missing = missing_keys(rl.get("start"), ("checkpoint", "step"), "rl.start", _KINDS)
+    tasks = rl.get("tasks")
+    missing += missing_keys(tasks, (), "rl.tasks")
+    if isinstance(tasks, dict):
+        if tasks.get("table"):  # a table's tasks: linked to their snapshot (a generated family's name none)
+            missing += missing_keys(tasks, ("table", "snapshot_id"), "rl.tasks", _KINDS)
+        if not isinstance(tasks.get("inputs"), str | None):
+            missing.append("rl.tasks.inputs (JSON text, as the tasks' snapshot summary holds it)")
+    if rl.get("rollouts"):  # none until the run's first commit to rl.rollouts
+        missing += missing_keys(rl["rollouts"], ("table", "snapshot_id", "run_id"), "rl.rollouts", _KINDS)
+    if rl.get("config"):
+        missing += _missing_in_config(rl["config"])
+    return missing
+
+
+def _missing_in_config(config: Any) -> list[str]:
+    if not isinstance(config, dict):
+        return ["rl.config (an object)"]
+    missing = []
+    for section, key in _CONFIG:
+        missing += missing_keys(config.get(section), (key,), f"rl.config.{section}")
+    for section in _CONFIG_SECTIONS:
+        if section in config:
+            missing += missing_keys(config[section], (), f"rl.config.{section}")
+    return missing
