@@ -71,14 +71,34 @@ References: NS.TABLE is the current snapshot of main; NS.TABLE@REF pins a snapsh
 """
 
 
-def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--catalog",
-        metavar="NAME",
-        default=None,
-        help="pyiceberg catalog to use (default: $FACTORY_CATALOG, else the embedded SQLite catalog)",
-    )
+def add_common_arguments(parser: argparse.ArgumentParser, module: object = None) -> None:
+    """``--catalog`` and ``-q``. A command module that reads no catalog by name says why in
+    ``NO_CATALOG``: its ``--catalog`` is then refused with that reason (exit 2), not ignored."""
+    no_catalog = getattr(module, "NO_CATALOG", None)
+    if no_catalog:
+        parser.add_argument("--catalog", action=_Refused, reason=no_catalog, help=argparse.SUPPRESS)
+        parser.set_defaults(catalog=None)
+    else:
+        parser.add_argument(
+            "--catalog",
+            metavar="NAME",
+            default=None,
+            help="pyiceberg catalog to use (default: $FACTORY_CATALOG, else the embedded SQLite catalog)",
+        )
     parser.add_argument("-q", "--quiet", action="store_true", help="only print results and errors")
+
+
+class _Refused(argparse.Action):
+    """An option that does not apply to this command: the usage and ``reason``, exit 2."""
+
+    def __init__(self, *args, reason: str, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.reason = reason
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, _namespace: object, _values: object, option_string=None
+    ) -> None:
+        parser.error(f"{option_string} does not apply to {parser.prog}: {self.reason}")
 
 
 def build_parser(selected: str | None) -> argparse.ArgumentParser:
@@ -93,8 +113,9 @@ def build_parser(selected: str | None) -> argparse.ArgumentParser:
     for name, (module, help_text) in COMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
         if name == selected:
-            add_common_arguments(command)
-            importlib.import_module(module).add_arguments(command, name)
+            imported = importlib.import_module(module)
+            add_common_arguments(command, imported)
+            imported.add_arguments(command, name)
     return parser
 
 
@@ -111,8 +132,8 @@ def run_command(name: str, argv: Sequence[str], prog: str | None = None) -> int:
     """Parse ``argv`` for one command and run it (also the spark-submit entry of each job)."""
     _start_spark_early(name, argv)
     parser = argparse.ArgumentParser(prog=prog or f"factory {name}", description=COMMANDS[name][1])
-    add_common_arguments(parser)
     module = importlib.import_module(COMMANDS[name][0])
+    add_common_arguments(parser, module)
     module.add_arguments(parser, name)
     args = parser.parse_args(argv)
     args.command = name

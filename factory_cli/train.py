@@ -13,8 +13,16 @@ from collections.abc import Sequence
 
 from lakehouse.errors import ConfigError
 from trainer.config import load_config
-from trainer.launch import command, signal_on_parent_death
+from trainer.launch import QUIET_ENV, command, signal_on_parent_death
 from trainer.resume import check_start
+
+# Training opens no catalog by name: the loader reads the manifest's pinned data files, and each
+# checkpoint's lineage reads the catalog the manifest records it was pinned in. A --catalog here
+# would be ignored, so it is refused (factory_cli/main.py).
+NO_CATALOG = (
+    "it reads the data files its manifest pinned, and its checkpoints' lineage reads the catalog the manifest "
+    "was pinned in (recorded in the manifest); choose the catalog when pinning: factory mix pin SPEC --catalog NAME"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "train") -> None:
@@ -32,7 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "train") -> None
     parser.add_argument("--rdzv-id", default="factory", help="with --nnodes > 1: the run's rendezvous id")
     parser.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     parser.add_argument(
-        "--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)"
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value, VALUE read as TOML, e.g. --set optim.lr=0.003; text goes in double quotes "
+        "(--set 'run.dir=\"runs/a\"'), though unquoted text that is no TOML value is taken as it is; repeatable",
     )
 
 
@@ -50,25 +63,31 @@ def run(args: argparse.Namespace) -> int:
     cfg.check_world(args.nproc * args.nnodes)
     cfg.run.check_local_ranks(args.nproc)
     check_start(cfg, args.resume)  # its inputs, vocabulary and run folder, before any rank starts
-    return launch(torchrun_command(args), args.nproc)
+    return launch(torchrun_command(args), args.nproc, quiet=args.quiet)
 
 
-def launch(argv: Sequence[str], nproc: int) -> int:
+def launch(argv: Sequence[str], nproc: int, quiet: bool = False) -> int:
     """Run torchrun (``factory train`` and ``factory rl train``), the machine's cores shared among
     its ``nproc`` ranks, its stderr passed on line by line through this process's ``sys.stderr``
     rather than inherited: under `factory run` that stream is where a step's output is kept, and a
-    rank's ``error (rank r): …`` line has to reach the step's failure. Its stdout (progress) stays
-    inherited, shown as it is printed.
+    rank's ``error (rank r): …`` line has to reach the step's failure. Its stdout (the line a
+    finished run ends with) stays inherited, shown as it is printed. ``quiet`` (``-q``): the ranks
+    print no progress line (``QUIET_ENV``), only errors and that last line.
 
     torchrun runs in its own session, so that a signal reaches it once, from here: SIGTERM or
-    SIGINT (Ctrl-C) to this process is passed on and torchrun stops its ranks (its line says so)
-    before this one ends. Were this process killed outright (SIGKILL, the OOM killer), the kernel
-    sends torchrun SIGTERM (PR_SET_PDEATHSIG, as a sweep's trials do): the one mechanism that
-    needs nothing from a dead parent, and torchrun then stops its ranks as it always does."""
+    SIGINT (Ctrl-C) to this process is passed on and torchrun stops its ranks before this one
+    ends; its line (``training stopped: the launcher got SIGINT; …``) is the one the command
+    prints, with no ``interrupted`` after it. Were this process killed outright (SIGKILL, the OOM
+    killer), the kernel sends torchrun SIGTERM (PR_SET_PDEATHSIG, as a sweep's trials do): the one
+    mechanism that needs nothing from a dead parent, and torchrun then stops its ranks as it
+    always does."""
     env = {
         **os.environ,
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc))),
     }
+    env.pop(QUIET_ENV, None)  # -q alone decides
+    if quiet:
+        env[QUIET_ENV] = "1"
     proc = subprocess.Popen(
         argv,
         env=env,
@@ -83,8 +102,10 @@ def launch(argv: Sequence[str], nproc: int) -> int:
         for line in proc.stderr:
             sys.stderr.write(line)
             sys.stderr.flush()
-    if forward.interrupted:  # said as every command says it (``interrupted``, exit 130)
-        raise KeyboardInterrupt
+    if forward.interrupted:
+        if proc.returncode == 128 + signal.SIGINT:  # torchrun stopped its ranks and said so, in one line
+            return proc.returncode
+        raise KeyboardInterrupt  # it did not (a second Ctrl-C killed it): said as every command says it
     if proc.returncode < 0:  # torchrun itself killed (SIGKILL, the OOM killer): its ranks follow it
         name = signal.Signals(-proc.returncode).name
         print(f"training stopped: torchrun was killed by {name}; resume with --resume", file=sys.stderr)

@@ -347,7 +347,7 @@ def lineage_record(
         "config": cfg.to_dict(),
         "rollouts": recorded,
     }
-    path = checkpoint.checkpoints_dir(run_dir) / f"step-{step}"
+    path = checkpoint.step_dir(run_dir, step)
     return {**inherited, "checkpoint": str(path), "step": step, "code_version": code_version(), "rl": rl}
 
 

@@ -50,6 +50,13 @@ def checkpoints_dir(run_dir: Path) -> Path:
     return run_dir / "checkpoints"
 
 
+def step_dir(run_dir: Path, step: int) -> Path:
+    """Step ``step``'s checkpoint folder, absolute and resolved: what its ``lineage.json`` records and
+    a finished run names, valid from any folder (a relative ``run.dir`` means the one the run was
+    started in)."""
+    return (checkpoints_dir(run_dir) / f"step-{step}").resolve()
+
+
 def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     """``(step, path)`` of every complete checkpoint, oldest first."""
     root = checkpoints_dir(run_dir)

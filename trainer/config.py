@@ -9,7 +9,9 @@
     [checkpoint] every, keep
     [mlflow]     enabled, tracking_uri, experiment
 
-``--set section.key=value`` overrides a field (the value parsed as TOML, else taken as text).
+``--set section.key=value`` overrides a field: the value parsed as TOML, else taken as text
+(``run.dir=runs/a``); text that TOML reads as another type (``mlflow.experiment=2024``) must be
+quoted (``mlflow.experiment="2024"``), and a string key given one unquoted is refused saying so.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -280,6 +283,30 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return section, name, value
 
 
+def _refuse_other_toml(value: Any, text: str, section: str, cls: type | None, name: str) -> None:
+    """Refuse a ``--set`` value for a string key that TOML reads as something else
+    (``mlflow.experiment=2024``: a number), saying to quote it: the type check alone would say
+    "must be a string, got 2024" of what the user typed as text. Unquoted text that TOML cannot
+    read (``run.dir=/tmp/x``) is taken as it is and never reaches here."""
+    if cls is None or isinstance(value, str) or name not in {f.name for f in dataclasses.fields(cls)}:
+        return
+    if typing.get_type_hints(cls).get(name) is not str:
+        return
+    given = text.partition("=")[2].strip()
+    kind = (
+        "a boolean" if isinstance(value, bool)
+        else "a number" if isinstance(value, (int, float))
+        else "an array" if isinstance(value, list)
+        else "a table" if isinstance(value, dict)
+        else "a date or time"
+    )  # fmt: skip
+    # SECTION.NAME=, not the key's own name: the redactor masks the value after a "token=".
+    raise ConfigError(
+        f"{section}.{name} must be a string, got {given}: --set reads VALUE as TOML, where {given} is {kind}; "
+        "put text in double quotes, as in --set 'SECTION.NAME=\"text\"'"
+    )
+
+
 def load_config(path: str | Path | None, overrides: list[str] = (), raw: dict | None = None) -> Config:
     """A validated config from a TOML file (or ``raw`` dict) and ``--set`` overrides."""
     sections = load_sections(path, overrides, raw, _SECTION_TYPES)
@@ -306,6 +333,7 @@ def load_sections(
     raw = {section: dict(values) for section, values in raw.items()}
     for text in overrides:
         section, name, value = parse_override(text)
+        _refuse_other_toml(value, text, section, types.get(section), name)
         raw.setdefault(section, {})[name] = value
     sections = {}
     for section, values in raw.items():

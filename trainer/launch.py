@@ -14,12 +14,17 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+# Set to "1" by `factory train -q` for its ranks: no progress line (trainer/metrics.py), only
+# errors and the line a finished run ends with. Also for a torchrun started by hand.
+QUIET_ENV = "FACTORY_QUIET"
 
 # The exit status of a rank whose collective failed because another rank's process ended: the
 # other rank's own line (or its signal) says why; this one is its consequence, not a failure.
@@ -40,6 +45,11 @@ def signal_on_parent_death(sig: int = signal.SIGTERM) -> None:
     Linux: nothing happens, and the parent's own shutdown is the only guard."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
+
+
+def quiet() -> bool:
+    """Whether this process was asked to print no progress (``QUIET_ENV``)."""
+    return os.environ.get(QUIET_ENV) == "1"
 
 
 def command(

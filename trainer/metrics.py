@@ -15,6 +15,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge, start_http_server
 
 from lakehouse.errors import ConfigError
+from trainer.launch import quiet
 from trainer.tracking import TrainingTracker, metric_values
 
 STEP = Gauge("factory_train_step", "Optimizer steps done")
@@ -75,14 +76,16 @@ def export_eval(results: dict[str, dict[str, float]]) -> None:
 
 
 class MetricsLog:
-    """Rank 0 writes ``<run_dir>/metrics.jsonl`` (appending across resumes), echoes progress and
-    hands each record to its MLflow ``tracker``, if any. As a context manager it ends the MLflow run
-    as the block ends: FINISHED, FAILED on an error, KILLED on Ctrl-C."""
+    """Rank 0 writes ``<run_dir>/metrics.jsonl`` (appending across resumes), echoes progress (a line
+    a record on stderr, none under ``factory train -q``) and hands each record to its MLflow
+    ``tracker``, if any. As a context manager it ends the MLflow run as the block ends: FINISHED,
+    FAILED on an error, KILLED on Ctrl-C."""
 
     def __init__(self, run_dir: Path, enabled: bool, total_steps: int, tracker: TrainingTracker | None = None) -> None:
         self.enabled = enabled
         self.total_steps = total_steps
         self.tracker = tracker
+        self.echo = not quiet()
         self._file = None
         self._tensorboard = None
         if not enabled:
@@ -107,7 +110,8 @@ class MetricsLog:
                     self._tensorboard.add_scalar(f"{kind}/{key}", value, step)
         if self.tracker is not None:
             self.tracker.log(step, metric_values(kind, values), record["time"])
-        print(_console_line(step, self.total_steps, kind, values), file=sys.stderr, flush=True)
+        if self.echo:
+            print(_console_line(step, self.total_steps, kind, values), file=sys.stderr, flush=True)
 
     def close(self, status: str = "FINISHED") -> None:
         if self._file:

@@ -203,6 +203,7 @@ def _train(cfg: Config, world: World, resume: bool, loader: StreamingLoader, met
             print(nothing_to_train(run_dir, step, cfg.train.steps), file=sys.stderr)
 
     losses = []
+    heldout: dict[str, dict[str, float]] = {}
     batches: Iterator[dict[str, torch.Tensor]] = iter(loader)
     while step < cfg.train.steps:
         started = time.perf_counter()
@@ -234,9 +235,9 @@ def _train(cfg: Config, world: World, resume: bool, loader: StreamingLoader, met
         maybe_fail(f"after-step-{step}")
         last = step == cfg.train.steps
         if cfg.eval.every and (step % cfg.eval.every == 0 or last):
-            results = evaluate(model, cfg, world)
-            export_eval(results)
-            metrics.log(step, "eval", results)
+            heldout = evaluate(model, cfg, world)
+            export_eval(heldout)
+            metrics.log(step, "eval", heldout)
         if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or last:
             state = loader.state_dict()
             tracked_run = tracker.reference() if tracker is not None else None
@@ -244,7 +245,18 @@ def _train(cfg: Config, world: World, resume: bool, loader: StreamingLoader, met
             checkpoint.save(run_dir, step, model, optimizer, scheduler, state, record, world, cfg.checkpoint.keep)
             if tracker is not None:
                 tracker.set_tags(checkpoint_tags([path for _, path in checkpoint.complete_checkpoints(run_dir)]))
+    if losses and world.is_main:  # the run's result, on stdout as every command's (kept under -q)
+        print(finished(run_dir, step, losses[-1], heldout), flush=True)
     return losses
+
+
+def finished(run_dir: Path, step: int, loss: float, heldout: dict[str, dict[str, float]]) -> str:
+    """The line a run that trained ends with: its last step's loss and held-out losses, and the
+    checkpoint to give ``factory lineage``, ``eval`` and ``export``."""
+    line = f"trained to step {step}: loss {loss:.4g}"
+    if heldout:
+        line += ", held-out loss " + ", ".join(f"{name} {values['loss']:.4g}" for name, values in heldout.items())
+    return f"{line}; checkpoint {checkpoint.step_dir(run_dir, step)}"
 
 
 def nothing_to_train(run_dir: Path, step: int, steps: int) -> str:
@@ -285,10 +297,9 @@ def lineage_record(
         "tokens": batch * cfg.data.global_batch_size * cfg.data.seq_len,
         "rank0_state": loader_state,
     }
-    path = checkpoint.checkpoints_dir(run_dir) / f"step-{step}"
     record = {
         **base,
-        "checkpoint": str(path),
+        "checkpoint": str(checkpoint.step_dir(run_dir, step)),
         "step": step,
         "loader_position": position,
         "code_version": code_version(),

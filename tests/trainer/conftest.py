@@ -105,14 +105,21 @@ def losses(run_dir: Path) -> dict[int, float]:
 
 
 @pytest.fixture(scope="session")
-def two_rank_run(setup, tmp_path_factory) -> Path:
-    """The uninterrupted reference run: 2 ranks, FSDP, launched through `factory train`."""
+def two_rank_training(setup, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """The uninterrupted reference run: 2 ranks, FSDP, launched through `factory train -q` (what
+    -q leaves of its output is checked in test_train.py); its folder and the finished process."""
     run_dir = tmp_path_factory.mktemp("runs") / "two-rank"
     proc = run_factory(
-        "train", "--config", str(setup.config), "--nproc", "2", "--set", f"run.dir='{run_dir}'", timeout=600
+        "train", "-q", "--config", str(setup.config), "--nproc", "2", "--set", f"run.dir='{run_dir}'", timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return run_dir
+    return run_dir, proc
+
+
+@pytest.fixture(scope="session")
+def two_rank_run(two_rank_training) -> Path:
+    """The reference run's folder."""
+    return two_rank_training[0]
 
 
 def alive(pid: int) -> bool:

@@ -89,6 +89,24 @@ def test_override_values_are_parsed_as_toml():
         parse_override("steps=3")
 
 
+def test_unquoted_text_is_taken_as_it_is_unless_toml_reads_it_as_another_type():
+    cfg = load_config(None, ["run.dir=/tmp/x", "mlflow.experiment=my run", "eval.manifest='2024'"], raw=BASE)
+    assert (cfg.run.dir, cfg.mlflow.experiment, cfg.eval.manifest) == ("/tmp/x", "my run", "2024")
+    # A string key given text that TOML reads as a number, a boolean or a date: refused, saying to quote it.
+    for override, kind in [("mlflow.experiment=2024", "a number"), ("run.dir=true", "a boolean"),
+                           ("mlflow.experiment=2024-01-01", "a date or time"), ("run.dir=[1]", "an array")]:  # fmt: skip
+        given = override.partition("=")[2]
+        with pytest.raises(ConfigError) as refused:
+            load_config(None, [override], raw=BASE)
+        assert str(refused.value) == (
+            f"{override.partition('=')[0]} must be a string, got {given}: --set reads VALUE as TOML, where {given} "
+            f"is {kind}; put text in double quotes, as in --set 'SECTION.NAME=\"text\"'"
+        )
+    # In a file, TOML's own rule: the type check's message.
+    with pytest.raises(ConfigError, match=r"^mlflow\.experiment must be a string, got 2024$"):
+        load_config(None, raw={**BASE, "mlflow": {"experiment": 2024}})
+
+
 def test_schedule_warms_up_then_decays_to_the_floor():
     cfg = load_config(None, ["optim.warmup_steps=4", "optim.min_lr_ratio=0.1"], raw=BASE)
     f = warmup_cosine(cfg.optim, total_steps=20)

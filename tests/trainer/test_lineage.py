@@ -365,3 +365,35 @@ def test_a_tokenizer_hash_that_is_no_string_is_refused_naming_the_key(factory_ho
     assert main(["lineage", str(run_dir)]) == 2
     err = capsys.readouterr().err
     assert "lacks tokenizer.sha256 (a string) of a checkpoint's lineage" in err and "Traceback" not in err, err
+
+
+def test_a_checkpoint_records_its_path_absolute_when_run_dir_was_given_relative(tmp_path, monkeypatch):
+    """So that lineage, eval and export, run from another folder, find the checkpoint it names."""
+    from trainer.config import load_config
+    from trainer.train import lineage_record
+
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(None, ["run.dir=runs/x"], raw={"data": {"manifest": "m.json", "tokenizer": "t.json"}})
+    record = lineage_record({}, Path(cfg.run.dir), 4, {"batch": 4}, cfg)
+    assert record["checkpoint"] == str(tmp_path.resolve() / "runs" / "x" / "checkpoints" / "step-4")
+
+
+def test_a_relative_checkpoint_path_that_an_older_trainer_recorded_is_still_read(
+    factory_home, tmp_path, monkeypatch, capsys
+):
+    from evals.run import _moved
+
+    _, checkpoint = _hand_made_run(tmp_path)
+    lineage = json.loads((checkpoint / "lineage.json").read_text())
+    lineage["checkpoint"] = "run/checkpoints/step-4"  # run.dir 'run', from tmp_path
+    (checkpoint / "lineage.json").write_text(json.dumps(lineage))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(["lineage", str(checkpoint)]) == 0
+    assert capsys.readouterr().out.startswith("checkpoint run/checkpoints/step-4  step 4")
+    # eval's run id names the path only for a checkpoint read elsewhere than where its run saved it
+    here = checkpoint.resolve()
+    assert not _moved(here, lineage)  # an older, relative record, read from another folder
+    assert not _moved(here, {**lineage, "checkpoint": str(here)})  # as the trainer records it now
+    assert _moved(elsewhere / "run" / "checkpoints" / "step-4", {**lineage, "checkpoint": str(here)})  # a copy

@@ -48,9 +48,10 @@ def _no_noise(stderr: str) -> None:
 class _Run:
     """``factory train`` on 2 ranks, started and left training: its pid, torchrun's and the ranks'."""
 
-    def __init__(self, setup: TrainSetup, run_dir: Path) -> None:
+    def __init__(self, setup: TrainSetup, run_dir: Path, quiet: bool = False) -> None:
         sets = [f"run.dir='{run_dir}'", *LONG_RUN]
         args = ["train", "--config", str(setup.config), "--nproc", "2", *[a for s in sets for a in ("--set", s)]]
+        args += ["-q"] if quiet else []
         # In a session of its own, as a terminal's foreground job: Ctrl-C is SIGINT to its group.
         self.factory = subprocess.Popen(
             [sys.executable, "-m", "factory_cli.main", *args],
@@ -89,8 +90,8 @@ class _Run:
 def run(setup, tmp_path):
     started: list[_Run] = []
 
-    def start() -> _Run:
-        started.append(_Run(setup, tmp_path / "run"))
+    def start(quiet: bool = False) -> _Run:
+        started.append(_Run(setup, tmp_path / "run", quiet))
         return started[-1]
 
     yield start
@@ -124,7 +125,7 @@ def _sigkill_to_torchrun(training: _Run) -> None:
     [
         # factory train was signalled: it waits for torchrun to stop the ranks, none outlives it
         (_sigterm_to_factory_train, 143, [_stopped("SIGTERM")], 0),
-        (_ctrl_c, 130, [_stopped("SIGINT"), "interrupted"], 0),
+        (_ctrl_c, 130, [_stopped("SIGINT")], 0),  # the launcher's line says it all: no "interrupted" after it
         (_sigterm_to_torchrun, 143, [_stopped("SIGTERM")], 10),
         (_sigkill_to_torchrun, 137, ["training stopped: torchrun was killed by SIGKILL; resume with --resume"], 10),
     ],
@@ -142,14 +143,21 @@ def test_a_signal_ends_the_run_in_one_line_with_128_plus_its_number_and_leaves_n
     assert _gone_within([training.launcher, *training.ranks], linger_s) == []
 
 
+# How long torchrun and its ranks may outlive a killed `factory train`. With PR_SET_PDEATHSIG the
+# kernel sends torchrun SIGTERM as its parent dies, and it stops its ranks: well under a second
+# here, seconds on a loaded machine. Without it nothing ends them: run with -q, the ranks print no
+# progress line, so no write to the dead parent's pipe fails either (that ended them 2-8 s later
+# when they printed a line a step), and they would train on for LONG_RUN's 100,000 steps (hours).
+# A bound this far from both is not a race with the machine's load.
+KILLED_PARENT_LINGER_S = 60
+
+
 @pytest.mark.slow
 def test_sigkill_of_factory_train_ends_torchrun_and_its_ranks(run):
-    training = run()
+    training = run(quiet=True)
     training.factory.kill()
     training.factory.wait()
-    # torchrun gets SIGTERM from the kernel and stops its ranks at once: not seconds later, when
-    # a write to the closed stderr pipe happens to end one of them.
-    assert _gone_within([training.launcher, *training.ranks], 3) == []
+    assert _gone_within([training.launcher, *training.ranks], KILLED_PARENT_LINGER_S) == []
 
 
 @pytest.mark.slow

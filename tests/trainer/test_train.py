@@ -103,6 +103,22 @@ def test_evals_checkpoints_and_lineage(setup, two_rank_run):
 
 
 @pytest.mark.slow
+def test_quiet_prints_no_progress_only_the_line_a_finished_run_ends_with(two_rank_training):
+    """The reference run was `factory train -q`: no progress line; its result on stdout, as every
+    command's, naming its last losses and its last checkpoint, absolute."""
+    run_dir, proc = two_rank_training
+    assert not [line for line in proc.stderr.splitlines() if line.startswith("[")], proc.stderr[-4000:]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    loss = next(r for r in reversed(records) if r["kind"] == "train")["loss"]
+    heldout = next(r for r in reversed(records) if r["kind"] == "eval")
+    step = (run_dir / "checkpoints" / f"step-{STEPS}").resolve()
+    assert proc.stdout.splitlines() == [
+        f"trained to step {STEPS}: loss {loss:.4g}, held-out loss text {heldout['text']['loss']:.4g}, "
+        f"code {heldout['code']['loss']:.4g}; checkpoint {step}"
+    ]
+
+
+@pytest.mark.slow
 def test_killed_run_resumes_bit_for_bit_and_on_another_world_size(setup, two_rank_run, tmp_path):
     run_dir = tmp_path / "killed"
     killed = torchrun(setup, run_dir, 2, env={"FACTORY_FAIL_AT": "after-step-5"})
