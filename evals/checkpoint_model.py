@@ -23,7 +23,7 @@ from mixtures.manifest import Manifest
 from streaming_loader.tokenize import TokenizerSpec, load_tokenizer_spec
 from trainer.checkpoint import COMPLETE, read_state
 from trainer.config import Config, load_config
-from trainer.lineage import checkpoint_dir, read_lineage
+from trainer.lineage import read_lineage, resolve_checkpoint
 from trainer.model import Transformer
 
 
@@ -53,11 +53,6 @@ class LoadedCheckpoint:
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A complete ``checkpoints/step-N`` folder, absolute: the one given, or a run folder's newest."""
-    return checkpoint_dir(Path(path).resolve())
 
 
 def require_weights(path: Path) -> None:

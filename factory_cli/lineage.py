@@ -14,7 +14,7 @@ from pyiceberg.catalog import Catalog
 from factory_cli.text import printable
 from lakehouse.redact import redact, redact_json
 from rl.lineage import check_rl_lineage
-from trainer.lineage import checkpoint_decisions, checkpoint_dir, format_lineage, read_lineage
+from trainer.lineage import checkpoint_decisions, checkpoint_dir, format_lineage, read_lineage, resolve_checkpoint
 
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "lineage") -> None:
@@ -58,7 +58,6 @@ def eval_results(catalog: Catalog | None, checkpoint: str) -> list[dict[str, Any
     """The checkpoint's rows in ``evals.results`` of the catalog (empty before any eval)."""
     if catalog is None:
         return []
-    from evals.checkpoint_model import resolve_checkpoint
     from evals.results import checkpoint_results
 
     return checkpoint_results(catalog, str(resolve_checkpoint(Path(checkpoint))))
@@ -66,7 +65,6 @@ def eval_results(catalog: Catalog | None, checkpoint: str) -> list[dict[str, Any
 
 def checkpoint_eval_runs(catalog: Catalog, checkpoint: str) -> list[dict[str, Any]]:
     """Each eval run of the checkpoint: its ``evals.results`` and ``evals.samples`` snapshots, what its samples say."""
-    from evals.checkpoint_model import resolve_checkpoint
     from evals.samples import eval_runs
 
     return eval_runs(catalog, str(resolve_checkpoint(Path(checkpoint))))

@@ -30,7 +30,7 @@ def refuse_changed_config(cfg) -> None:
     from pathlib import Path
 
     from lakehouse.json_paths import differing_paths
-    from trainer.checkpoint import latest_checkpoint
+    from trainer.checkpoint_paths import latest_checkpoint
 
     run_dir = Path(cfg.run.dir)
     saved = run_dir / "config.resolved.json"

@@ -92,7 +92,7 @@ def checkpoint_sensor(
     definition: FactoryDefinition, eval_jobs: dict[str, tuple[Job, str]], interval: int
 ) -> dg.SensorDefinition:
     """``eval_jobs``: eval name → (its job, its asset's op name)."""
-    from trainer.checkpoint import complete_checkpoints
+    from trainer.checkpoint_paths import complete_checkpoints
 
     @dg.sensor(
         name="checkpoint_sensor",

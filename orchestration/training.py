@@ -165,7 +165,7 @@ def _finished_at(run_dir: Path) -> int | None:
     always saves that one), else None. A folder's name fixes its config, so its step count: a
     finished run is not started again only to find nothing to do (torchrun, the model, the
     loader, an MLflow run)."""
-    from trainer.checkpoint import latest_checkpoint
+    from trainer.checkpoint_paths import latest_checkpoint
 
     latest = latest_checkpoint(run_dir)
     try:
@@ -195,7 +195,7 @@ def checkpoints_asset(definition: FactoryDefinition, run: Run) -> dg.AssetsDefin
         description=f"run {run.name}'s complete checkpoints (a folder counts once its COMPLETE marker is written)",
     )
     def checkpoints(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        from trainer.checkpoint import complete_checkpoints
+        from trainer.checkpoint_paths import complete_checkpoints
 
         run_dir = current_run_dir(definition, run.name)
         steps = [] if run_dir is None else [step for step, _ in complete_checkpoints(run_dir)]
@@ -271,7 +271,7 @@ def unevaluated(cat: Catalog, declared: Eval, checkpoints: list[Path]) -> list[P
 
 def due_checkpoints(declared: Eval, run_dir: Path, after: int = -1) -> list[Path]:
     """The complete checkpoints of ``run_dir`` past step ``after`` that the eval's cadence covers."""
-    from trainer.checkpoint import complete_checkpoints
+    from trainer.checkpoint_paths import complete_checkpoints
 
     due = []
     for step, path in complete_checkpoints(run_dir):

@@ -4,6 +4,7 @@ Each holds a torch.distributed.checkpoint (DCP) of the model and optimizer, shar
 and reshardable to another number of ranks; per rank a JSON file (step, scheduler, loader
 state) and the RNG states; ``lineage.json``; and last, the ``COMPLETE`` marker. A directory
 without the marker (a crash mid-save) is ignored and replaced by the next save of that step.
+Finding them is ``trainer/checkpoint_paths.py``, which imports no torch.
 Every file and folder name is fsynced before ``COMPLETE`` is written (and it too), so a power
 loss cannot leave a complete-looking checkpoint with a torn file.
 
@@ -22,7 +23,6 @@ import errno
 import io
 import json
 import os
-import re
 import shutil
 import warnings
 from collections.abc import Iterator
@@ -39,38 +39,11 @@ from lakehouse.errors import CheckpointError
 from lakehouse.faults import maybe_fail
 from lakehouse.local_files import write_atomically
 from lakehouse.storage_errors import storage_error
+from trainer.checkpoint_paths import COMPLETE, checkpoints_dir, complete_checkpoints, step_of
+from trainer.checkpoint_paths import latest_checkpoint as latest_checkpoint  # where callers have found it
+from trainer.checkpoint_paths import step_dir as step_dir
 from trainer.checkpoint_reader import DAMAGED, SafeFileSystemReader, SafeLoadPlanner, first_line, is_damage, load_plain
 from trainer.parallel import World, barrier
-
-COMPLETE = "COMPLETE"
-_STEP_DIR = re.compile(r"step-(\d+)\Z")
-
-
-def checkpoints_dir(run_dir: Path) -> Path:
-    return run_dir / "checkpoints"
-
-
-def step_dir(run_dir: Path, step: int) -> Path:
-    """Step ``step``'s checkpoint folder, absolute and resolved: what its ``lineage.json`` records and
-    a finished run names, valid from any folder (a relative ``run.dir`` means the one the run was
-    started in)."""
-    return (checkpoints_dir(run_dir) / f"step-{step}").resolve()
-
-
-def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """``(step, path)`` of every complete checkpoint, oldest first."""
-    root = checkpoints_dir(run_dir)
-    found = []
-    for path in root.iterdir() if root.is_dir() else ():
-        match = _STEP_DIR.match(path.name)
-        if match and (path / COMPLETE).is_file():
-            found.append((int(match.group(1)), path))
-    return sorted(found)
-
-
-def latest_checkpoint(run_dir: Path) -> tuple[int, Path] | None:
-    done = complete_checkpoints(run_dir)
-    return done[-1] if done else None
 
 
 @dataclass
@@ -238,8 +211,8 @@ def _prune(run_dir: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
     oldest_kept = done[-keep:][0][0] if done else 0
     for path in checkpoints_dir(run_dir).iterdir():
-        match = _STEP_DIR.match(path.name)
-        if match and int(match.group(1)) < oldest_kept and not (path / COMPLETE).exists():
+        step = step_of(path)
+        if step is not None and step < oldest_kept and not (path / COMPLETE).exists():
             shutil.rmtree(path, ignore_errors=True)
 
 

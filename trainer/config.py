@@ -28,9 +28,7 @@ from lakehouse.config_keys import refuse_unknown_keys, refuse_wrong_types
 from lakehouse.errors import ConfigError
 from lakehouse.redact import redact
 from streaming_loader.config import default_shards
-from trainer.components.feedforward import FEED_FORWARDS, HIDDEN_PER_DIM
-from trainer.components.norms import NORMS
-from trainer.components.positions import POSITIONS
+from trainer.components.names import FEED_FORWARD_NAMES, HIDDEN_PER_DIM, NORM_NAMES, POSITION_NAMES
 
 
 def _check(ok: bool, message: str) -> None:
@@ -83,9 +81,9 @@ class ModelConfig:
             self.hidden_dim = 64 * -(-int(HIDDEN_PER_DIM[self.feed_forward] * self.dim) // 64)
 
     def _check_components(self) -> None:
-        for key, registry in (("norm", NORMS), ("feed_forward", FEED_FORWARDS), ("positions", POSITIONS)):
+        for key, names in (("norm", NORM_NAMES), ("feed_forward", FEED_FORWARD_NAMES), ("positions", POSITION_NAMES)):
             value = getattr(self, key)
-            _check(value in registry, f"model.{key} must be one of {', '.join(registry)}; got {value!r}")
+            _check(value in names, f"model.{key} must be one of {', '.join(names)}; got {value!r}")
         for key in ("qk_norm", "tie_embeddings"):
             _check(
                 isinstance(getattr(self, key), bool), f"model.{key} must be true or false, got {getattr(self, key)!r}"

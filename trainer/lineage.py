@@ -19,6 +19,7 @@ from lakehouse.commit import snapshot_stats, summary_properties
 from lakehouse.decisions import read_decisions, shaping_decisions
 from lakehouse.errors import InputError
 from lakehouse.refs import parse_identifier
+from trainer.checkpoint_paths import COMPLETE, latest_checkpoint
 
 # What the orchestration writes in a run folder: {"factory", "run", "decisions": [decision ids], …}.
 RUN_RECORD = "factory.json"
@@ -189,7 +190,7 @@ def read_lineage(path: str | Path, *, with_config: bool = False, to_print: bool 
 
 def lineage_in(file: Path, *, with_config: bool = False, to_print: bool = False) -> dict[str, Any]:
     """The lineage ``file`` holds, checked as ``read_lineage`` checks it, for a reader that found the
-    checkpoint folder itself (the UI: ``checkpoint_dir`` imports torch, which a page need not)."""
+    checkpoint folder itself (the UI, from its own listing of a run's checkpoints)."""
     try:
         lineage = json.loads(file.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -284,8 +285,6 @@ def missing_keys(
 
 def checkpoint_dir(path: str | Path) -> Path:
     """The complete checkpoint ``path`` names: itself, or a run directory's newest; ``InputError`` if none."""
-    from trainer.checkpoint import COMPLETE, latest_checkpoint
-
     path = Path(path)
     if not (path / "lineage.json").is_file() and (path / "checkpoints").is_dir():
         latest = latest_checkpoint(path)
@@ -299,6 +298,11 @@ def checkpoint_dir(path: str | Path) -> Path:
     if not (path / COMPLETE).is_file():
         raise InputError(f"{path} is an incomplete checkpoint (no {COMPLETE} marker): a save was interrupted")
     return path
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A complete ``checkpoints/step-N`` folder, absolute: the one given, or a run folder's newest."""
+    return checkpoint_dir(Path(path).resolve())
 
 
 def checkpoint_decisions(

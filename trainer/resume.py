@@ -19,9 +19,8 @@ from typing import Any
 
 from lakehouse.errors import ConfigError
 from lakehouse.json_paths import differing_paths
-from trainer.checkpoint import latest_checkpoint
+from trainer.checkpoint_paths import latest_checkpoint
 from trainer.config import Config
-from trainer.lineage import read_lineage
 
 # Key paths (or section prefixes ending in ".") a resume may change. Everything else is part of
 # the run's definition. data.manifest and data.tokenizer are paths: their content is compared
@@ -62,6 +61,9 @@ def resolve_vocab_size(cfg: Config, tokenizer_vocab: int) -> None:
 def check_run_dir(cfg: Config, resume: bool, manifest_fingerprint: str, tokenizer_sha256: str) -> None:
     """Refuse a fresh start into a folder holding checkpoints, and a resume under other settings
     than the newest complete checkpoint's. ``cfg.model.vocab_size`` must be resolved already."""
+    # Imported here: trainer.lineage brings pyiceberg, which `factory train --help` and a fresh start need not load.
+    from trainer.lineage import read_lineage
+
     run_dir = Path(cfg.run.dir)
     latest = latest_checkpoint(run_dir)
     if latest is None:

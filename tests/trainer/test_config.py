@@ -157,3 +157,15 @@ def test_the_usage_in_other_set_and_token_messages_survives_redaction(tmp_path):
         load_tokenizer_spec(tokenizer)
     messages.append(str(refused.value))
     assert [redact(m) for m in messages] == messages
+
+
+def test_the_component_names_a_config_takes_are_the_registered_classes():
+    # The config checks names without importing torch (trainer/components/names.py); the model
+    # builds from the registries: the two must name the same components, in the same order.
+    from trainer.components import feedforward, names, norms, positions
+
+    assert tuple(norms.NORMS) == names.NORM_NAMES
+    assert tuple(feedforward.FEED_FORWARDS) == names.FEED_FORWARD_NAMES == tuple(names.HIDDEN_PER_DIM)
+    assert tuple(positions.POSITIONS) == names.POSITION_NAMES
+    with pytest.raises(RuntimeError, match="must name exactly"):
+        names.registry(("rmsnorm", "layernorm"), {"rmsnorm": object})

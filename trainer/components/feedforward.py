@@ -9,6 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trainer.components.names import FEED_FORWARD_NAMES, registry
+
 
 class SwiGLU(nn.Module):
     """``w2(silu(w1 x) * w3 x)`` (Llama)."""
@@ -55,10 +57,9 @@ class SquaredReLU(Ungated):
         return F.relu(x).square()
 
 
-FEED_FORWARDS: dict[str, type[nn.Module]] = {"swiglu": SwiGLU, "gelu": GELU, "squared_relu": SquaredReLU}
-# The default hidden width per input width: the gated SwiGLU has three matrices, the others two,
-# so 8/3 and 4 give each the same parameters and FLOPs (8·dim² a layer) before rounding.
-HIDDEN_PER_DIM: dict[str, float] = {"swiglu": 8 / 3, "gelu": 4.0, "squared_relu": 4.0}
+FEED_FORWARDS: dict[str, type[nn.Module]] = registry(
+    FEED_FORWARD_NAMES, {"swiglu": SwiGLU, "gelu": GELU, "squared_relu": SquaredReLU}
+)
 
 
 def build_feed_forward(name: str, dim: int, hidden_dim: int) -> nn.Module:

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trainer.components.names import NORM_NAMES, registry
+
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
@@ -35,7 +37,7 @@ class LayerNorm(nn.Module):
         return normed.type_as(x) * self.weight + self.bias
 
 
-NORMS: dict[str, type[nn.Module]] = {"rmsnorm": RMSNorm, "layernorm": LayerNorm}
+NORMS: dict[str, type[nn.Module]] = registry(NORM_NAMES, {"rmsnorm": RMSNorm, "layernorm": LayerNorm})
 
 
 def build_norm(name: str, dim: int, eps: float) -> nn.Module:

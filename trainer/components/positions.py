@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from trainer.components.names import POSITION_NAMES, registry
+
 
 def rope_frequencies(head_dim: int, max_seq_len: int, theta: float) -> torch.Tensor:
     """Rotations for rotary position embeddings: ``[max_seq_len, head_dim // 2, 2]`` (cos, sin).
@@ -55,7 +57,7 @@ class NoPositions(nn.Module):
         return None
 
 
-POSITIONS: dict[str, type[nn.Module]] = {"rope": Rotary, "none": NoPositions}
+POSITIONS: dict[str, type[nn.Module]] = registry(POSITION_NAMES, {"rope": Rotary, "none": NoPositions})
 
 
 def build_positions(name: str, head_dim: int, max_seq_len: int, theta: float) -> nn.Module:
