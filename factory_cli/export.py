@@ -18,6 +18,10 @@ folder is written beside DIR and renamed into place once whole, so a failed expo
 
 EPILOG = "What the folder holds and what is refused: docs/training.md#export"
 
+# An export reads only the checkpoint folder and copies its lineage as recorded: a --catalog would
+# be ignored, so it is refused (factory_cli/main.py).
+NO_CATALOG = "it reads only the checkpoint folder, and copies the lineage recorded there as it is"
+
 
 def add_arguments(parser: argparse.ArgumentParser, _name: str = "export") -> None:
     parser.description = DESCRIPTION

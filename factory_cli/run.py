@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import io
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser, _name: str = "run") -> None:
 def run(args: argparse.Namespace) -> int:
     from orchestration.definition_load import load_definition
 
+    if args.catalog:
+        use_catalog(args.catalog)
     definition = load_definition(args.definition)
     if args.list:
         from orchestration.graph import build_assets
@@ -53,6 +56,16 @@ def run(args: argparse.Namespace) -> int:
         return 0
     materialise(definition, args.select, verbose=args.verbose, quiet=args.quiet)
     return 0
+
+
+def use_catalog(name: str) -> None:
+    """Every step of the run uses catalog ``name``: the steps, in this process and in those they
+    start (torchrun, Ray's trials), find the catalog through FACTORY_CATALOG. Loaded once here, so a
+    name that is not configured is refused before any step starts."""
+    from lakehouse.catalog import load_catalog
+
+    load_catalog(name)
+    os.environ["FACTORY_CATALOG"] = name
 
 
 def materialise(definition, select: Sequence[str] | None = None, *, verbose: bool = False, quiet: bool = False) -> None:

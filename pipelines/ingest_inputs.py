@@ -106,7 +106,8 @@ def discover(
                 )
             seen[identity] = found[item.relpath] = item
     if not found:
-        raise InputError(f"no {fmt} input files found under {', '.join(paths)} (include: {', '.join(include)})")
+        kind = "" if fmt == "files" else f"{fmt} "  # "no files input files" otherwise
+        raise InputError(f"no {kind}input files found under {', '.join(paths)} (include: {', '.join(include)})")
     if fmt == "jsonl":
         _refuse_unread_compressions(found.values())
     return sorted(found.values(), key=lambda f: f.relpath)

@@ -97,3 +97,11 @@ def test_ctrl_c_that_torchrun_could_not_say_is_said_as_every_command_says_it(mon
     with pytest.raises(KeyboardInterrupt):  # the command's own `interrupted`, exit 130 (factory_cli/main.py)
         launch([sys.executable, "-c", FAKE_TORCHRUN, "dies"], 1)
     assert err.lines == ["quiet=unset"]
+
+
+def test_export_refuses_a_catalog_it_would_ignore(tmp_path, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["export", str(tmp_path / "run"), "--output", str(tmp_path / "out"), "--catalog", "prod"])
+    assert done.value.code == 2
+    assert "--catalog does not apply to factory export: it reads only the checkpoint folder" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

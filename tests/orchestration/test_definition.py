@@ -3,6 +3,7 @@ each source's own assets: nothing named after the demo."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -312,7 +313,7 @@ def test_factory_run_refuses_a_missing_local_input_before_any_step(tmp_path, fac
     result = run_factory("run", str(path))
     assert result.returncode == 2, result.stderr
     assert re.search(
-        rf"^error: {re.escape(str(path))}: sources\.code\.include: no files input files found", result.stderr, re.M
+        rf"^error: {re.escape(str(path))}: sources\.code\.include: no input files found", result.stderr, re.M
     )
     assert "· factory" not in result.stdout
 
@@ -340,3 +341,23 @@ def test_factory_run_with_nothing_new_says_so_in_one_line_unless_quiet(factory_h
     assert again.stdout == "nothing new: 1 asset(s) checked, all up to date\n"
     quiet = run_factory("run", str(path), "--select", "web/raw", "-q")
     assert quiet.returncode == 0 and quiet.stdout == "", quiet.stderr[-3000:]
+
+
+def test_factory_run_uses_the_catalog_it_is_given_and_refuses_one_not_configured(
+    tmp_path, factory_home, monkeypatch, capsys
+):
+    """--catalog was accepted and ignored: every step used $FACTORY_CATALOG or the embedded one."""
+    from factory_cli.main import main
+
+    monkeypatch.delenv("FACTORY_CATALOG", raising=False)  # restored after the test, whatever run sets
+    path = two_sources(tmp_path)
+    path.write_text(path.read_text().replace('paths = ["web"]', 'paths = ["missing"]', 1))  # stops before any step
+    assert main(["run", str(path), "--catalog", "nosuch"]) == 2
+    assert "no catalog named 'nosuch' is configured" in capsys.readouterr().err
+
+    monkeypatch.setenv("PYICEBERG_CATALOG__TEAM__TYPE", "sql")
+    monkeypatch.setenv("PYICEBERG_CATALOG__TEAM__URI", f"sqlite:///{tmp_path / 'team.db'}")
+    monkeypatch.setenv("PYICEBERG_CATALOG__TEAM__WAREHOUSE", (tmp_path / "team-warehouse").as_uri())
+    assert main(["run", str(path), "--catalog", "team"]) == 2
+    assert re.search(r"sources\.\w+\.(paths|include): ", capsys.readouterr().err)  # the inputs, checked next
+    assert os.environ["FACTORY_CATALOG"] == "team"  # what the steps, and the processes they start, read
