@@ -21,6 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)"
     )
+    # Also accepted after the subcommand, as `rl build` does; SUPPRESS keeps a value given before it.
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only print results and errors"
+    )
 
 
 def refuse_changed_config(cfg) -> None:
@@ -59,4 +63,4 @@ def run(args: argparse.Namespace) -> int:
         refuse_changed_config(cfg)
     read_lineage(cfg.start.checkpoint)  # the starting checkpoint: there, complete, readable
     argv = command(args.config, args.nproc, args.set, args.resume, module="rl.learner")
-    return launch(argv, args.nproc)
+    return launch(argv, args.nproc, quiet=args.quiet)  # -q: the ranks print no progress line

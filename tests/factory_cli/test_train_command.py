@@ -105,3 +105,19 @@ def test_export_refuses_a_catalog_it_would_ignore(tmp_path, capsys):
     assert done.value.code == 2
     assert "--catalog does not apply to factory export: it reads only the checkpoint folder" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "quiet"),
+    [
+        (["rl", "train", "-q", "--config", "c.toml"], True),
+        (["rl", "-q", "train", "--config", "c.toml"], True),
+        (["rl", "train", "--config", "c.toml"], False),
+        (["rl", "build", "--quiet"], True),
+    ],
+)
+def test_quiet_is_taken_after_an_rl_subcommand_as_after_any_command(argv, quiet):
+    """`factory rl train -q` was refused (`unrecognized arguments: -q`): only `factory rl -q train` took it."""
+    from factory_cli.main import build_parser
+
+    assert build_parser("rl").parse_args(argv).quiet is quiet
