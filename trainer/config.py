@@ -276,7 +276,14 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     )
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+    except tomllib.TOMLDecodeError as exc:
+        # Text that opens as a TOML string, array or table was meant as one: taken as it is, an
+        # unclosed quote would end up in the value (run.dir='"runs/a' names a folder `"runs`).
+        _check(
+            not raw.strip().startswith(('"', "'", "[", "{")),
+            f"--set {key.strip()}: {raw.strip()!r} opens as a TOML value but is not one ({exc}); close its quotes "
+            "or brackets",
+        )
         value = raw
     return section, name, value
 

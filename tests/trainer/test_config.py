@@ -85,6 +85,9 @@ def test_missing_data_section_and_file(tmp_path):
 def test_override_values_are_parsed_as_toml():
     assert parse_override("optim.lr=1e-4") == ("optim", "lr", 1e-4)
     assert parse_override("run.dir=runs/x") == ("run", "dir", "runs/x")
+    for unclosed in ('"runs/a', "'runs/a", "[1, 2", "{a = 1"):  # taken as text before, quote and all
+        with pytest.raises(ConfigError, match="opens as a TOML value but is not one"):
+            parse_override(f"run.dir={unclosed}")
     with pytest.raises(ConfigError):
         parse_override("steps=3")
 
