@@ -8,7 +8,6 @@ table (``commit_run``); with others it is refused (``RunConflictError``), naming
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -27,6 +26,8 @@ from lakehouse.commit import (
     commit_files,
     committed_result,
     find_run_snapshot,
+    recorded_inputs,
+    recorded_params,
     summary_properties,
 )
 from lakehouse.errors import FactoryError, RunConflictError
@@ -129,12 +130,13 @@ def release_staging_on_refusal(catalog: Catalog, run: Run, identifiers: Iterable
         raise
 
 
-def _binding(summary: Mapping[str, str]) -> dict[str, object]:
-    """The part of a run's snapshot summary that its run id is bound to, as plain JSON."""
+def _binding(summary: Mapping[str, str], where: str) -> dict[str, object]:
+    """The part of a run's snapshot summary that its run id is bound to, as plain JSON; a summary
+    another tool wrote under this run id is refused naming ``where``."""
     return {
         "job": summary.get("factory.job"),
-        "params": json.loads(summary.get("factory.params", "{}")),
-        "inputs": json.loads(summary.get("factory.inputs", "[]")),
+        "params": recorded_params(summary.get("factory.params"), f"{where}'s factory.params"),
+        "inputs": recorded_inputs(summary.get("factory.inputs"), f"{where}'s factory.inputs"),
         "properties": {
             key: value
             for key, value in sorted(summary.items())
@@ -154,7 +156,8 @@ def check_binding(
 
 
 def _check_binding(run: Run, snapshot: Snapshot, place: str, *, inputs: bool = True) -> None:
-    recorded, wanted = _binding(summary_properties(snapshot)), _binding(run.summary({}))
+    recorded = _binding(summary_properties(snapshot), f"{place} snapshot {snapshot.snapshot_id}")
+    wanted = _binding(run.summary({}), f"run {run.run_id!r}")
     if not inputs:
         del recorded["inputs"], wanted["inputs"]
     differences = _differences(recorded, wanted)

@@ -3,14 +3,12 @@ which runs and inputs a table's snapshots record. Read fresh each time; nothing 
 
 from __future__ import annotations
 
-import json
-
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import ancestors_of
 
 from lakehouse.catalog import load_catalog
-from lakehouse.commit import find_run_snapshot, run_ids, summary_properties
+from lakehouse.commit import find_run_snapshot, recorded_inputs, run_ids, summary_properties
 from lakehouse.refs import parse_identifier
 
 PRODUCTION = "production"  # the tag on a source's final table that training reads
@@ -60,7 +58,8 @@ def refined_inputs(cat: Catalog, table: str) -> set[tuple[str, int]]:
         return set()
     found = set()
     for snapshot in ancestors_of(loaded.current_snapshot(), loaded.metadata):
-        for item in json.loads(summary_properties(snapshot).get("factory.inputs", "[]")):
-            if isinstance(item, dict) and item.get("role") != "against" and "snapshot_id" in item:
+        where = f"{table}@{snapshot.snapshot_id}'s factory.inputs"  # another tool's summary: refused naming it
+        for item in recorded_inputs(summary_properties(snapshot).get("factory.inputs"), where):
+            if item.get("role") != "against" and "snapshot_id" in item:
                 found.add((item["table"], int(item["snapshot_id"])))
     return found

@@ -15,7 +15,7 @@ from typing import Any
 from pyiceberg.catalog import Catalog
 from pyiceberg.table.snapshots import Operation, ancestors_of
 
-from lakehouse.commit import snapshot_stats, summary_properties
+from lakehouse.commit import recorded_inputs, recorded_params, snapshot_stats, summary_properties
 from lakehouse.decisions import read_decisions, shaping_decisions
 from lakehouse.errors import InputError
 from lakehouse.refs import parse_identifier
@@ -41,8 +41,9 @@ def pipeline_runs(catalog: Catalog, table: str, snapshot_id: int, _memo: dict | 
     for ancestor in ancestors_of(snapshot, iceberg_table.metadata):
         props = summary_properties(ancestor)
         if "factory.run-id" in props:
+            where = f"{table}@{ancestor.snapshot_id}'s"  # a summary another tool wrote is refused naming it
             inputs = []
-            for entry in json.loads(props.get("factory.inputs", "[]")):
+            for entry in recorded_inputs(props.get("factory.inputs"), f"{where} factory.inputs"):
                 if "table" in entry:
                     entry = {**entry, "runs": pipeline_runs(catalog, entry["table"], int(entry["snapshot_id"]), memo)}
                 inputs.append(entry)
@@ -56,7 +57,7 @@ def pipeline_runs(catalog: Catalog, table: str, snapshot_id: int, _memo: dict | 
                     "job": props.get("factory.job"),
                     "run_id": props.get("factory.run-id"),
                     "code_version": props.get("factory.code-version"),
-                    "params": json.loads(props.get("factory.params", "{}")),
+                    "params": recorded_params(props.get("factory.params"), f"{where} factory.params"),
                     "stats": snapshot_stats(ancestor),
                     "inputs": inputs,
                 }
