@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lakehouse.errors import ConfigError
-from tests.conftest import REPO, factory_here, run_factory
+from tests.conftest import REPO, run_factory
 from tests.trainer.conftest import STEPS, TrainSetup
 from trainer import checkpoint
 from trainer.config import load_config
@@ -124,12 +124,10 @@ def _factory_train(setup: TrainSetup, run_dir: Path, *extra: str) -> subprocess.
     ],
 )
 def test_factory_train_refuses_a_start_that_would_not_continue_the_run_before_torchrun(
-    setup, two_rank_run, extra, message, capsys
+    setup, two_rank_run, extra, message
 ):
     before = (two_rank_run / "config.resolved.json").read_text()
-    # In this process (the vocabulary refusal below runs the command as a user does): no torch to import.
-    run = ("train", "--config", str(setup.config), "--nproc", "2", "--set", f"run.dir='{two_rank_run}'")
-    done = factory_here(capsys, *run, *extra)
+    done = _factory_train(setup, two_rank_run, *extra)
     assert done.returncode == 2 and done.stderr.startswith("error: "), done.stderr[-4000:]
     assert message in done.stderr and "(rank" not in done.stderr  # no rank was started
     assert (two_rank_run / "config.resolved.json").read_text() == before
