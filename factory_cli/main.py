@@ -48,20 +48,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # Commands that run Spark jobs → the module their Python tasks import. Their Spark session
 # starts on a background thread while the command's own module is imported, and its Python
 # workers import that module before the first task needs them (spark_session.start_spark_early).
+# `factory rl build` is not here: it checks its options and finds its repositories first, in a
+# fraction of a second, so that a refusal starts no JVM (factory_cli/rl_build.py starts Spark).
 SPARK_COMMANDS: dict[str, str | None] = {
     "ingest": "pipelines.ingest_records",
     "dedup": "pipelines.dedup_stages",
     "filter": "quality.filter_task",
     "decontaminate": "quality.contamination",
-    "rl": "rl.build",
     "demo": None,
 }
 
 # Spark jobs whose last act is a catalog commit: run as a program, they end right after it (``main``).
 QUICK_EXIT_COMMANDS = {"ingest", "dedup", "filter", "decontaminate"}
-
-# Command groups of which only some subcommands run Spark (`factory rl train` does not).
-SPARK_SUBCOMMANDS: dict[str, set[str]] = {"rl": {"build"}}
 
 EPILOG = """\
 With no configuration the catalog is SQLite at $FACTORY_HOME/catalog.db (default ./.factory).
@@ -142,8 +140,6 @@ def run_command(name: str, argv: Sequence[str], prog: str | None = None) -> int:
 
 def _start_spark_early(name: str | None, argv: Sequence[str]) -> None:
     if name in SPARK_COMMANDS and "-h" not in argv and "--help" not in argv:
-        if name in SPARK_SUBCOMMANDS and not SPARK_SUBCOMMANDS[name].intersection(argv):
-            return
         from pipelines.spark_session import start_spark_early
 
         start_spark_early(f"factory-{name}", SPARK_COMMANDS[name])

@@ -62,7 +62,7 @@ def add_arguments(build: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lakehouse.catalog import load_catalog
-    from pipelines.spark_session import get_spark
+    from pipelines.spark_session import get_spark, start_spark_early
     from rl.build import BuildOptions, build, find_repositories_of
 
     opts = BuildOptions(
@@ -80,8 +80,10 @@ def run(args: argparse.Namespace) -> int:
         parallelism=args.parallelism,
         run_id=args.run_id,
     )
-    opts.check()  # a bad option or repository fails here, before the job waits for Spark
+    opts.check()  # a bad option or repository is refused here, before Spark starts
     repos = find_repositories_of(opts)
+    # Only now: a refused command exits in a second, with no JVM started and no Spark noise.
+    start_spark_early("factory-rl-build", "rl.build")
     result = build(get_spark("factory-rl-build"), load_catalog(args.catalog), opts, repos)
     print(format_result(result))
     return 0

@@ -133,6 +133,23 @@ def run_factory(*args: str, env: dict[str, str] | None = None, timeout: int = 30
     )
 
 
+def factory_here(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess:
+    """The ``factory`` command line run in this process, its output read from ``capsys``: for the
+    many refusals that end before any work, where each fresh interpreter's imports (torch) cost
+    seconds. An error no refusal explains raises here, as it would print a traceback there. Not for
+    the Spark commands, whose session would start in the test process."""
+    from factory_cli.main import SPARK_COMMANDS, main
+
+    assert args[0] not in SPARK_COMMANDS, f"run `factory {args[0]}` with run_factory"
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as usage:  # argparse's refusal
+        code = usage.code
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["factory", *args], code, out, err)
+
+
 def start_factory(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     """The ``factory`` command line started in a fresh process and left running (text pipes)."""
     return subprocess.Popen(

@@ -27,7 +27,7 @@ import torch
 
 from evals.hf_export import FIELDS, LINEAGE_FILE, TRAINING_CONFIG_FILE, export_hf, hf_config, only
 from lakehouse.errors import InputError
-from tests.conftest import REPO, run_factory
+from tests.conftest import REPO, factory_here, run_factory
 from tests.evals.conftest import TrainedRun, build_corpus_and_config
 from tests.test_docs_keys import documented, section
 from trainer.config import ModelConfig
@@ -222,7 +222,7 @@ def _left_in(folder: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_factory_export_writes_once_and_refuses_what_it_would_overwrite(gqa_run, tmp_path):
+def test_factory_export_writes_once_and_refuses_what_it_would_overwrite(gqa_run, tmp_path, capsys):
     out = tmp_path / "models" / "gqa"  # its parent is made too
     done = run_factory("export", str(gqa_run.run_dir), "--format", "hf", "--output", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -232,7 +232,7 @@ def test_factory_export_writes_once_and_refuses_what_it_would_overwrite(gqa_run,
     assert _left_in(out) == files and _left_in(out.parent) == ["gqa"]
     first = {name: (out / name).read_bytes() for name in files}
 
-    again = _clear_error(run_factory("export", str(gqa_run.checkpoint), "--output", str(out)))
+    again = _clear_error(factory_here(capsys, "export", str(gqa_run.checkpoint), "--output", str(out)))
     assert "exists and is not empty" in again and "--force" in again
 
     (out / "notes.txt").write_text("mine")
@@ -244,11 +244,11 @@ def test_factory_export_writes_once_and_refuses_what_it_would_overwrite(gqa_run,
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "thesis.tex").write_text("years of work")
-    refused = _clear_error(run_factory("export", str(gqa_run.checkpoint), "--output", str(foreign), "--force"))
+    refused = _clear_error(factory_here(capsys, "export", str(gqa_run.checkpoint), "--output", str(foreign), "--force"))
     assert "not a folder factory export wrote" in refused
     assert _left_in(foreign) == ["thesis.tex"] and _left_in(tmp_path) == ["mine", "models"]
     below_a_file = _clear_error(
-        run_factory("export", str(gqa_run.checkpoint), "--output", str(foreign / "thesis.tex" / "x"))
+        factory_here(capsys, "export", str(gqa_run.checkpoint), "--output", str(foreign / "thesis.tex" / "x"))
     )
     assert "thesis.tex is a file, not a folder" in below_a_file and _left_in(foreign) == ["thesis.tex"]
 
@@ -259,25 +259,27 @@ def test_factory_export_writes_once_and_refuses_what_it_would_overwrite(gqa_run,
 
 
 @pytest.mark.slow
-def test_a_missing_or_half_written_checkpoint_is_refused_and_nothing_written(gqa_run, tmp_path):
+def test_a_missing_or_half_written_checkpoint_is_refused_and_nothing_written(gqa_run, tmp_path, capsys):
     out = tmp_path / "hf"
-    missing = _clear_error(run_factory("export", str(tmp_path / "nowhere"), "--output", str(out)))
+    missing = _clear_error(factory_here(capsys, "export", str(tmp_path / "nowhere"), "--output", str(out)))
     assert "is not a checkpoint" in missing
 
     interrupted = _copy_checkpoint(gqa_run.checkpoint, tmp_path / "a")
     (interrupted / "COMPLETE").unlink()  # a save that died before its marker
-    assert "incomplete checkpoint" in _clear_error(run_factory("export", str(interrupted), "--output", str(out)))
+    assert "incomplete checkpoint" in _clear_error(
+        factory_here(capsys, "export", str(interrupted), "--output", str(out))
+    )
 
     damaged = _copy_checkpoint(gqa_run.checkpoint, tmp_path / "b")
     (damaged / "__0_0.distcp").write_bytes(b"")  # its weights lost after it was complete
-    error = _clear_error(run_factory("export", str(damaged), "--output", str(out)))
+    error = _clear_error(factory_here(capsys, "export", str(damaged), "--output", str(out)))
     assert f"{damaged} cannot be read: a file of it is missing or damaged (EOFError)" in error
     # A lineage edited by hand: a TypeError's traceback, where factory eval said what was wrong.
     edited = _copy_checkpoint(
         gqa_run.checkpoint, tmp_path / "c", lambda lineage: lineage["config"]["model"].update(dim="x")
     )
     assert "model.dim must be an integer, got 'x'" in _clear_error(
-        run_factory("export", str(edited), "--output", str(out))
+        factory_here(capsys, "export", str(edited), "--output", str(out))
     )
     assert _left_in(tmp_path) == ["a", "b", "c"]  # no folder, and no half-written one beside it
 
@@ -291,7 +293,7 @@ def test_a_missing_or_half_written_checkpoint_is_refused_and_nothing_written(gqa
 
 
 @pytest.mark.slow
-def test_a_model_setting_without_a_llama_equivalent_is_refused_by_name(gqa_run, tmp_path):
+def test_a_model_setting_without_a_llama_equivalent_is_refused_by_name(gqa_run, tmp_path, capsys):
     """The refusals on real checkpoints: one whose lineage records a LayerNorm (``norm =
     "layernorm"``, which the exported architectures' RMSNorm cannot compute), through the command,
     refused before its weights are read; a checkpoint of a newer trainer, whose lineage has a field
@@ -299,12 +301,12 @@ def test_a_model_setting_without_a_llama_equivalent_is_refused_by_name(gqa_run, 
     layernorm = _copy_checkpoint(
         gqa_run.checkpoint, tmp_path / "a", lambda lineage: lineage["config"]["model"].update(norm="layernorm")
     )
-    error = _clear_error(run_factory("export", str(layernorm), "--output", str(tmp_path / "hf")))
+    error = _clear_error(factory_here(capsys, "export", str(layernorm), "--output", str(tmp_path / "hf")))
     assert "model.norm = 'layernorm' has no equivalent" in error and "nothing was exported" in error
     newer = _copy_checkpoint(
         gqa_run.checkpoint, tmp_path / "b", lambda lineage: lineage["config"]["model"].update(mixture_of_experts=8)
     )
-    error = _clear_error(run_factory("export", str(newer), "--output", str(tmp_path / "hf")))
+    error = _clear_error(factory_here(capsys, "export", str(newer), "--output", str(tmp_path / "hf")))
     assert "model.mixture_of_experts = 8: the Hugging Face export does not know this field" in error
     assert _left_in(tmp_path) == ["a", "b"]
 
@@ -318,11 +320,11 @@ def test_a_model_setting_without_a_llama_equivalent_is_refused_by_name(gqa_run, 
 
 
 @pytest.mark.slow
-def test_a_full_disk_mid_export_leaves_nothing_half_written(gqa_run, tmp_path):
+def test_a_full_disk_mid_export_leaves_nothing_half_written(gqa_run, tmp_path, capsys):
     from tests.factory_cli.test_errors import mounted_tmpfs
 
     with mounted_tmpfs(tmp_path / "small", "size=128k") as small:
-        error = _clear_error(run_factory("export", str(gqa_run.checkpoint), "--output", str(small / "hf")))
+        error = _clear_error(factory_here(capsys, "export", str(gqa_run.checkpoint), "--output", str(small / "hf")))
         assert "space" in error.lower()
         assert _left_in(small) == []
 

@@ -195,3 +195,21 @@ def test_the_sandbox_probe_looks_for_bubblewrap_where_a_rollout_launches_it(tmp_
             rl.sandbox.require_bwrap()
     finally:
         rl.sandbox._bwrap_works.cache_clear()
+
+
+def test_a_bad_option_or_repository_is_refused_before_spark_starts(toy, monkeypatch, capsys):
+    """Refused in a second, with no JVM started: not after Spark's start and its noise on exit."""
+    import pipelines.spark_session
+    from factory_cli.main import main
+
+    started: list[tuple] = []
+    monkeypatch.setattr(pipelines.spark_session, "start_spark_early", lambda *args: started.append(args))
+    refusals = {
+        "--max-functions must be at least 1": ["--path", str(toy), "--max-functions", "0"],
+        "no repository named no-such-package": ["--path", str(toy), "--repository", "no-such-package"],
+        "is not a package folder with tests": ["--path", str(toy.parent)],
+    }
+    for message, options in refusals.items():
+        assert main(["rl", "build", *options]) == 2
+        assert message in capsys.readouterr().err
+    assert started == []

@@ -14,7 +14,7 @@ from lakehouse.decisions import record_decision
 from lakehouse.refs import PinnedRef
 from lakehouse.schemas import DOCUMENT_SCHEMA
 from rl.train_config import load_rl_config
-from tests.conftest import run_factory
+from tests.conftest import factory_here, run_factory
 from tests.decisions import (
     ablation_decision,
     gate_decision,
@@ -177,7 +177,7 @@ def test_an_rl_checkpoint_shows_its_task_snapshot_rollouts_and_config():
     assert inherited_part.startswith("manifest m.yaml") and "next global batch 40" in inherited_part
 
 
-def test_a_damaged_checkpoint_folder_is_refused_naming_what_is_wrong(tmp_path):
+def test_a_damaged_checkpoint_folder_is_refused_naming_what_is_wrong(tmp_path, capsys):
     from trainer.checkpoint import COMPLETE
 
     folder = tmp_path / "checkpoints" / "step-5"
@@ -185,17 +185,17 @@ def test_a_damaged_checkpoint_folder_is_refused_naming_what_is_wrong(tmp_path):
     (folder / COMPLETE).write_text("")
     (folder / "lineage.json").write_text("{bad")
     (folder / ".metadata").write_bytes(b"")
-    for command in (
-        ("lineage", str(folder)),
-        ("export", str(folder), "--format", "hf", "--output", str(tmp_path / "x")),
+    # The first as a user runs it; the other refusals in this process (a fresh one costs seconds).
+    for done in (
+        run_factory("lineage", str(folder)),
+        factory_here(capsys, "export", str(folder), "--format", "hf", "--output", str(tmp_path / "x")),
     ):
-        done = run_factory(*command)
         assert done.returncode == 2 and "lineage.json is not the JSON a checkpoint's lineage is" in done.stderr, (
             done.stderr
         )
         assert "Traceback" not in done.stderr
     (folder / "lineage.json").write_text('{"x": 1}')
-    assert "not a checkpoint's lineage (no manifest in it)" in run_factory("lineage", str(folder)).stderr
+    assert "not a checkpoint's lineage (no manifest in it)" in factory_here(capsys, "lineage", str(folder)).stderr
     good = {
         "step": 5, "manifest": {"path": "m.json", "fingerprint": "f" * 16},
         "tokenizer": {"path": "tokenizer.json", "sha256": "f" * 64},
@@ -204,17 +204,17 @@ def test_a_damaged_checkpoint_folder_is_refused_naming_what_is_wrong(tmp_path):
     commands = {"lineage": (), "eval": (), "export": ("-o", str(tmp_path / "x"))}
     for key, command in [("loader_position", "lineage"), ("step", "lineage"), *(("tokenizer", c) for c in commands)]:
         (folder / "lineage.json").write_text(json.dumps({k: v for k, v in good.items() if k != key}))
-        done = run_factory(command, str(folder), *commands[command])
+        done = factory_here(capsys, command, str(folder), *commands[command])
         assert done.returncode == 2 and "Traceback" not in done.stderr, (command, done.stderr[-2000:])
         assert f"lacks {key}" in done.stderr, (command, done.stderr[-2000:])
     (folder / "lineage.json").write_text(json.dumps({**good, "tokenizer": "path sha256"}))  # a string, not an object
-    done = run_factory("lineage", str(folder))
+    done = factory_here(capsys, "lineage", str(folder))
     assert done.returncode == 2 and "lacks tokenizer of a checkpoint's lineage" in done.stderr, done.stderr[-2000:]
     (folder / "lineage.json").write_text(json.dumps(good))  # written by hand: no config to build the model from
-    done = run_factory("export", str(folder), "-o", str(tmp_path / "x"))
+    done = factory_here(capsys, "export", str(folder), "-o", str(tmp_path / "x"))
     assert done.returncode == 2 and "lacks config of a checkpoint's lineage" in done.stderr, done.stderr[-2000:]
     (folder / ".metadata").unlink()  # what factory lineage does not need, and eval and export do
-    done = run_factory("eval", str(folder))
+    done = factory_here(capsys, "eval", str(folder))
     assert done.returncode == 2 and "is not a checkpoint (no .metadata" in done.stderr, done.stderr
 
 
