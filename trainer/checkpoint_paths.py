@@ -9,7 +9,8 @@ import re
 from pathlib import Path
 
 COMPLETE = "COMPLETE"
-_STEP_DIR = re.compile(r"step-(\d+)\Z")
+# ASCII digits only: the writer makes no others, and a page builds links from the name.
+_STEP_DIR = re.compile(r"step-([0-9]+)\Z")
 
 
 def checkpoints_dir(run_dir: Path) -> Path:

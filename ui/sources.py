@@ -28,6 +28,7 @@ from pyiceberg.table import Table
 from lakehouse.catalog import load_catalog
 from lakehouse.errors import InputError
 from mixtures.manifest import Manifest
+from trainer.checkpoint_paths import complete_checkpoints
 from trainer.lineage import lineage_in
 from ui.cache import CachedCatalog, file_key, memo
 
@@ -149,12 +150,8 @@ def is_number(text: str) -> bool:
 
 
 def checkpoint_dirs(run: RunDir) -> list[Path]:
-    """The run's complete checkpoints, oldest first."""
-    folder = run.path / "checkpoints"
-    if not folder.is_dir():
-        return []
-    steps = [p for p in folder.glob("step-*") if (p / "COMPLETE").is_file() and is_number(p.name[5:])]
-    return sorted(steps, key=lambda p: int(p.name[5:]))
+    """The run's complete checkpoints, oldest first: those training finds (torch-free)."""
+    return [path for _, path in complete_checkpoints(run.path)]
 
 
 def read_json(path: Path) -> dict:
