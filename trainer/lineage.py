@@ -173,7 +173,9 @@ def _format_run(run: dict[str, Any], indent: str, lines: list[str], shown: set[t
 
 
 # What the readers of a lineage take from it without looking: section → the keys it must hold.
-# ``config`` only where the model is built from it (``with_config``): lineage and the UI do without.
+# ``config`` only where a reader needs it: eval and export build the model from it (``with_config``),
+# and a resume compares with it (``trainer.resume`` refuses a lineage without it, saying what to do);
+# lineage and the UI do without.
 _SECTIONS = {
     "manifest": ("path", "fingerprint"),
     "tokenizer": ("path", "sha256"),

@@ -73,20 +73,40 @@ def check_run_dir(cfg: Config, resume: bool, manifest_fingerprint: str, tokenize
             f"{run_dir} holds checkpoints of an earlier run: pass --resume to continue it, or choose another run.dir"
         )
     lineage = read_lineage(latest[1])
+    file = latest[1] / "lineage.json"
+    changed = changed_data(lineage, manifest_fingerprint, tokenizer_sha256)
     recorded = lineage.get("config")
     if not isinstance(recorded, dict):
-        return  # a checkpoint from before lineage recorded the config: nothing to compare with
-    changed = changed_settings(recorded, cfg.to_dict())
-    if lineage["manifest"].get("fingerprint") != manifest_fingerprint:
-        changed.append("data.manifest (another fingerprint)")
-    if lineage["tokenizer"].get("sha256") != tokenizer_sha256:
-        changed.append("data.tokenizer (another sha256)")
+        # Every checkpoint the trainer wrote records it: without it nothing binds the resume to the
+        # run's model and optimizer, so it is refused as factory eval and export refuse it.
+        raise ConfigError(no_config_message(run_dir, file, changed))
+    changed = changed_settings(recorded, cfg.to_dict()) + changed
     if changed:
         raise ConfigError(
             f"--resume continues the run in {run_dir} as it started, but these settings differ from its "
             f"checkpoint {latest[1]}: {', '.join(changed)}. Resume with the config it started with (recorded "
-            f'under "config" in {latest[1] / "lineage.json"}), or train into a new run.dir'
+            f'under "config" in {file}), or train into a new run.dir'
         )
+
+
+def changed_data(lineage: dict[str, Any], manifest_fingerprint: str, tokenizer_sha256: str) -> list[str]:
+    """The data settings whose content differs from what the checkpoint's ``lineage`` recorded."""
+    changed = []
+    if lineage["manifest"].get("fingerprint") != manifest_fingerprint:
+        changed.append("data.manifest (another fingerprint)")
+    if lineage["tokenizer"].get("sha256") != tokenizer_sha256:
+        changed.append("data.tokenizer (another sha256)")
+    return changed
+
+
+def no_config_message(run_dir: Path, file: Path, changed: list[str]) -> str:
+    """Why a resume from a checkpoint whose lineage ``file`` records no config is refused, and what to do."""
+    also = f"; and {', '.join(changed)} differ from it" if changed else ""
+    return (
+        f'--resume continues the run in {run_dir} as it started, but its newest checkpoint records no "config" '
+        f"to compare this one with ({file} lacks it: the file is damaged or was edited){also}. Restore that "
+        "lineage.json from a copy of the checkpoint, or train into a new run.dir"
+    )
 
 
 def changed_settings(recorded: dict[str, Any], now: dict[str, Any]) -> list[str]:

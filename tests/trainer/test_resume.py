@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.errors import ConfigError
+from lakehouse.errors import ConfigError, InputError
 from tests.conftest import REPO, run_factory
 from tests.trainer.conftest import STEPS, TrainSetup
 from trainer import checkpoint
@@ -90,6 +90,33 @@ def test_a_resume_on_other_data_is_refused_and_settings_that_leave_steps_alone_m
     ]
     _check(tmp_path / ".." / tmp_path.name, *may_change)  # run.dir spelled otherwise too
     assert changed_settings({"optim": {"lr": 0.003}}, {"optim": {"lr": 0.003}}) == []
+
+
+def test_a_resume_from_a_checkpoint_that_records_no_config_is_refused_and_its_data_still_compared(tmp_path):
+    """A lineage.json without "config" resumed unchecked: neither the settings nor the manifest's
+    fingerprint and the tokenizer's sha256 were compared. It is refused, as factory eval refuses
+    it, and factory lineage still prints it (it shows no config)."""
+    from trainer.lineage import lineage_in
+
+    _fake_run(tmp_path)
+    file = tmp_path / "checkpoints" / "step-4" / "lineage.json"
+    lineage = json.loads(file.read_text())
+    del lineage["config"]
+    file.write_text(json.dumps(lineage))
+    with pytest.raises(ConfigError, match='its newest checkpoint records no "config" to compare this one with') as no:
+        _check(tmp_path)
+    assert f"({file} lacks it: the file is damaged or was edited). Restore that lineage.json from a copy" in str(
+        no.value
+    )
+    assert str(no.value).endswith("or train into a new run.dir")
+    with pytest.raises(ConfigError, match="records no") as other_data:
+        _check(tmp_path, fingerprint="f2", sha="s2")
+    assert "; and data.manifest (another fingerprint), data.tokenizer (another sha256) differ from it" in str(
+        other_data.value
+    )
+    assert lineage_in(file)["step"] == 4  # factory lineage and the UI do without a config
+    with pytest.raises(InputError, match="lacks config of a checkpoint's lineage"):
+        lineage_in(file, with_config=True)  # factory eval and export build the model from it
 
 
 def test_a_vocab_size_below_the_tokenizers_is_refused_naming_both():
