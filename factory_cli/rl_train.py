@@ -27,30 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def refuse_changed_config(cfg) -> None:
-    """Refuse to resume a run under another config than it started with: its rollouts would go to
-    ``rl.rollouts`` under another run id (a hash of the config), and its lineage name only those."""
-    import json
-    from pathlib import Path
-
-    from lakehouse.json_paths import differing_paths
-    from trainer.checkpoint_paths import latest_checkpoint
-
-    run_dir = Path(cfg.run.dir)
-    saved = run_dir / "config.resolved.json"
-    if latest_checkpoint(run_dir) is None or not saved.is_file():
-        return  # nothing to resume: the run starts at step 0
-    before = json.loads(saved.read_text())
-    now = json.loads(json.dumps(cfg.to_dict(), default=list))
-    changed = [path for path in differing_paths(before, now) if path != "run.dir"]
-    if changed:
-        raise ConfigError(
-            f"{run_dir} was started with other settings ({', '.join(changed)}); resume it with the config it started "
-            f"with ({saved}), or train into a new run.dir with start.checkpoint set to its newest checkpoint"
-        )
-
-
 def run(args: argparse.Namespace) -> int:
+    from rl.lineage import check_resume
     from rl.train_config import load_rl_config
     from trainer.launch import command
     from trainer.lineage import read_lineage
@@ -60,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_rl_config(args.config, args.set)  # fail here, before starting any rank
     cfg.check_world(args.nproc)
     if args.resume:
-        refuse_changed_config(cfg)
+        check_resume(cfg)  # the ranks check it again
     read_lineage(cfg.start.checkpoint)  # the starting checkpoint: there, complete, readable
     argv = command(args.config, args.nproc, args.set, args.resume, module="rl.learner")
     return launch(argv, args.nproc, quiet=args.quiet)  # -q: the ranks print no progress line

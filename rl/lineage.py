@@ -3,16 +3,25 @@ checked for what its readers take from it without looking: ``factory lineage`` p
 (``trainer.lineage.format_lineage``) and the UI's checkpoint page shows it (ui/rl_lineage.py).
 
 ``trainer.lineage.lineage_in`` checks the rest of the file; it cannot check this section, which
-rl/ defines and trainer/ may not import. Not in rl/learner.py: a page should not import torch."""
+rl/ defines and trainer/ may not import. Not in rl/learner.py: a page should not import torch.
+
+A resume is bound to the config that section records (``check_resume``), checked by
+``factory rl train`` before torchrun starts and again on every rank."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lakehouse.commit import recorded_inputs
-from lakehouse.errors import InputError
-from trainer.lineage import missing_keys
+from lakehouse.errors import ConfigError, InputError
+from lakehouse.json_paths import differing_paths
+from trainer.checkpoint_paths import latest_checkpoint
+from trainer.lineage import missing_keys, read_lineage
+
+if TYPE_CHECKING:
+    from rl.train_config import RLConfig
 
 # Keys whose readers need more than text: a start's folder is made a path, a table quoted into a
 # link, a snapshot id an integer in one; ``lineage_record`` writes each so.
@@ -41,6 +50,37 @@ def check_rl_lineage(lineage: dict[str, Any], file: Path) -> None:
     inputs = rl["tasks"].get("inputs")
     if inputs is not None:  # the text the tasks' snapshot summary holds, copied as it was
         recorded_inputs(inputs, f"{file} at rl.tasks.inputs")
+
+
+def check_resume(cfg: RLConfig) -> None:
+    """Refuse to resume a run under another config than its newest complete checkpoint recorded
+    (``rl.config`` in its lineage.json; not config.resolved.json, which every start rewrites): its
+    rollouts would go to ``rl.rollouts`` under another run id (a hash of the config), and its
+    lineage would name only those. A checkpoint that records no config binds nothing: refused too."""
+    run_dir = Path(cfg.run.dir)
+    latest = latest_checkpoint(run_dir)
+    if latest is None:
+        return  # nothing to resume: the run starts at step 0
+    file = latest[1] / "lineage.json"
+    lineage = read_lineage(latest[1])
+    check_rl_lineage(lineage, file)
+    rl = lineage.get("rl")
+    recorded = rl.get("config") if isinstance(rl, dict) else None
+    if not recorded:
+        raise ConfigError(
+            f"--resume continues the RL run in {run_dir} as it started, but its newest checkpoint records no "
+            f"rl.config to compare this one with ({file} lacks it: the file is damaged or was edited, or the "
+            "checkpoint is not an RL run's). Restore that lineage.json from a copy of the checkpoint, or train "
+            f"into a new run.dir with start.checkpoint set to {latest[1]}"
+        )
+    now = json.loads(json.dumps(cfg.to_dict(), default=list))
+    changed = [path for path in differing_paths(recorded, now) if path != "run.dir"]
+    if changed:
+        raise ConfigError(
+            f"{run_dir} was started with other settings ({', '.join(changed)}); resume it with the config it started "
+            f"with (recorded under rl.config in {file}), or train into a new run.dir with start.checkpoint set to "
+            "its newest checkpoint"
+        )
 
 
 def _missing_in_rl(rl: Any) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -61,21 +62,58 @@ def test_the_command_says_what_is_wrong_and_exits_2(tmp_path):
     assert no_start.returncode == 2 and no_start.stderr.startswith(f"error: {tmp_path / 'none'} is not a checkpoint")
 
 
+def _rl_checkpoint(run_dir: Path, step: int, config: dict | None) -> Path:
+    """A complete RL checkpoint folder (lineage only) whose lineage records ``config`` under rl.config."""
+    folder = run_dir / "checkpoints" / f"step-{step}"
+    folder.mkdir(parents=True)
+    rl = {"start": {"checkpoint": "runs/x/checkpoints/step-1", "step": 1}, "tasks": {"source": "arithmetic"}}
+    lineage = {
+        "manifest": {"path": "m.json", "fingerprint": "f1"},
+        "tokenizer": {"path": "t.json", "sha256": "s1"},
+        "loader_position": {"next_global_batch": 1, "sequences": 8, "tokens": 256},
+        "step": step,
+        "rl": {**rl, **({"config": json.loads(json.dumps(config, default=list))} if config else {})},
+    }
+    (folder / "lineage.json").write_text(json.dumps(lineage))
+    (folder / "COMPLETE").write_text("")
+    return folder / "lineage.json"
+
+
 def test_a_resume_under_other_settings_is_refused_before_any_rank_starts(tmp_path):
     """A run resumed with train.steps changed went on under another rollouts run id, so its last
     checkpoint's lineage named only the steps after the resume."""
     run_dir = tmp_path / "run"
     config = tmp_path / "rl.toml"
     config.write_text(f'[start]\ncheckpoint = "{tmp_path / "start"}"\n[run]\ndir = "{run_dir}"\n[train]\nsteps = 6\n')
-    step = run_dir / "checkpoints" / "step-6"
-    step.mkdir(parents=True)
-    (step / "COMPLETE").write_text("")
     started = load_rl_config(config)
-    (run_dir / "config.resolved.json").write_text(json.dumps(started.to_dict(), default=list))
+    _rl_checkpoint(run_dir, 6, started.to_dict())
     proc = run_factory("rl", "train", "--config", str(config), "--set", "train.steps=8", "--resume")
     assert proc.returncode == 2 and f"{run_dir} was started with other settings (train.steps)" in proc.stderr
     same = run_factory("rl", "train", "--config", str(config), "--resume")  # gets as far as the start checkpoint
     assert same.returncode == 2 and f"{tmp_path / 'start'} is not a checkpoint" in same.stderr, same.stderr
+
+
+def test_a_resume_is_bound_to_the_config_its_checkpoint_recorded_not_to_config_resolved(tmp_path):
+    """config.resolved.json is rewritten by every start, and a checkpoint without one (or whose
+    lineage records no rl.config) resumed unchecked: the newest checkpoint's rl.config binds it."""
+    from rl.lineage import check_resume
+
+    run_dir = tmp_path / "run"
+    cfg = load_rl_config(None, [f"run.dir='{run_dir}'", "train.steps=6"], raw=START)
+    _rl_checkpoint(run_dir, 6, cfg.to_dict())
+    longer = load_rl_config(None, [f"run.dir='{run_dir}'", "train.steps=8"], raw=START)
+    (run_dir / "config.resolved.json").write_text(json.dumps(longer.to_dict(), default=list))  # a later start's
+    with pytest.raises(ConfigError, match=r"started with other settings \(train.steps\)"):
+        check_resume(longer)
+    check_resume(cfg)
+    check_resume(load_rl_config(None, [f"run.dir='{tmp_path / 'new'}'"], raw=START))  # no checkpoint: step 0
+    no_config = tmp_path / "no-config"
+    _rl_checkpoint(no_config, 6, None)
+    with pytest.raises(
+        ConfigError, match=r"its newest checkpoint records no rl\.config to compare this one with"
+    ) as no:
+        check_resume(load_rl_config(None, [f"run.dir='{no_config}'"], raw=START))
+    assert "Restore that lineage.json from a copy of the checkpoint, or train into a new run.dir" in str(no.value)
 
 
 def test_a_run_asked_to_evaluate_with_no_held_out_task_is_warned():
