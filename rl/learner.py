@@ -53,7 +53,7 @@ from rl.scored import Scored
 from rl.task_source import Task, TaskSource, load_task_source
 from rl.train_config import RLConfig, load_rl_config
 from trainer import checkpoint
-from trainer.metrics import MetricsLog
+from trainer.metrics import MetricsLog, say_fresh_start
 from trainer.parallel import World, all_reduce_sum, apply_fsdp, compute_dtype
 from trainer.rank_main import rank_main
 from trainer.schedule import warmup_cosine
@@ -377,7 +377,7 @@ def train(cfg: RLConfig, world: World, resume: bool = False) -> None:
         step = checkpoint.load(latest[1], models.policy, optimizer, scheduler, world).step
         sync_sampler(models)
     elif resume and world.is_main:
-        print(f"no complete checkpoint under {run_dir / 'checkpoints'}; starting from step 0", file=sys.stderr)
+        say_fresh_start(run_dir)
     with contextlib.closing(MetricsLog(run_dir, world.is_main, cfg.train.steps)) as metrics:
         if world.is_main:
             (run_dir / "config.resolved.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=list))

@@ -75,6 +75,13 @@ def export_eval(results: dict[str, dict[str, float]]) -> None:
         EVAL_LOSS.labels(component).set(values["loss"])
 
 
+def say_fresh_start(run_dir: Path) -> None:
+    """Say that ``--resume`` found no complete checkpoint in ``run_dir`` to continue: a note, not a
+    warning, so none under ``-q`` (``FACTORY_QUIET``), as the progress lines."""
+    if not quiet():
+        print(f"no complete checkpoint under {run_dir / 'checkpoints'}; starting from step 0", file=sys.stderr)
+
+
 class MetricsLog:
     """Rank 0 writes ``<run_dir>/metrics.jsonl`` (appending across resumes), echoes progress (a line
     a record on stderr, none under ``factory train -q``) and hands each record to its MLflow

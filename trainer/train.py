@@ -25,7 +25,7 @@ from streaming_loader.loader import IGNORE_INDEX, StreamingLoader
 from trainer import checkpoint
 from trainer.config import Config, load_config
 from trainer.data import build_eval_loader, build_loader, eval_rows, lineage_base, merge_loader_states
-from trainer.metrics import MetricsLog, export_eval, export_step, serve_prometheus
+from trainer.metrics import MetricsLog, export_eval, export_step, say_fresh_start, serve_prometheus
 from trainer.model import Transformer
 from trainer.parallel import World, all_reduce_sum, apply_compile, apply_fsdp, compute_dtype
 from trainer.rank_main import rank_main
@@ -190,7 +190,7 @@ def _train(cfg: Config, world: World, resume: bool, loader: StreamingLoader, met
         loader.load_state_dict(merge_loader_states(resumed.loader_states, world))
         step = resumed.step
     elif resume and world.is_main:
-        print(f"no complete checkpoint under {run_dir / 'checkpoints'}; starting from step 0", file=sys.stderr)
+        say_fresh_start(run_dir)
 
     lineage = lineage_base(cfg, loader) if world.is_main else {}
     tracker = metrics.tracker

@@ -147,9 +147,11 @@ def test_a_killed_run_resumes_to_the_same_rollouts_and_weights(rl_setup, two_ran
 @pytest.mark.engine
 def test_rollouts_do_not_depend_on_the_number_of_ranks(rl_setup, two_rank_rl, tmp_path):
     run_dir = tmp_path / "one-rank"
-    proc = rl_train(rl_setup, run_dir, 1, "--set", "train.steps=1", "--set", "eval.every=0", "-q")
+    # --resume into a new folder starts at step 0, saying so only without -q.
+    proc = rl_train(rl_setup, run_dir, 1, "--set", "train.steps=1", "--set", "eval.every=0", "-q", "--resume")
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "[train step" not in proc.stderr and "[start step" not in proc.stderr  # -q after the subcommand
+    assert "no complete checkpoint" not in proc.stderr, proc.stderr[-4000:]
     assert rollouts(run_dir)[1] == rollouts(two_rank_rl)[1]  # seeded by task, not by rank
     one, two = records(run_dir, "train")[1], records(two_rank_rl, "train")[1]
     assert one["loss"] == pytest.approx(two["loss"], rel=1e-4, abs=1e-6)

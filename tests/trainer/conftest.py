@@ -106,12 +106,14 @@ def losses(run_dir: Path) -> dict[int, float]:
 
 @pytest.fixture(scope="session")
 def two_rank_training(setup, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """The uninterrupted reference run: 2 ranks, FSDP, launched through `factory train -q` (what
-    -q leaves of its output is checked in test_train.py); its folder and the finished process."""
+    """The uninterrupted reference run: 2 ranks, FSDP, launched through `factory train -q --resume`
+    into a new folder (it starts at step 0; what -q leaves of its output is checked in
+    test_train.py); its folder and the finished process."""
     run_dir = tmp_path_factory.mktemp("runs") / "two-rank"
     proc = run_factory(
-        "train", "-q", "--config", str(setup.config), "--nproc", "2", "--set", f"run.dir='{run_dir}'", timeout=600
-    )
+        "train", "-q", "--resume", "--config", str(setup.config), "--nproc", "2", "--set", f"run.dir='{run_dir}'",
+        timeout=600,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     return run_dir, proc
 

@@ -6,19 +6,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainer.metrics import MetricsLog
+from trainer.metrics import MetricsLog, say_fresh_start
 
 
 def test_progress_lines_go_to_stderr_unless_quiet_and_the_records_are_kept_either_way(tmp_path, capsys, monkeypatch):
     for quiet, run in ((None, "loud"), ("1", "quiet")):
         if quiet:
-            monkeypatch.setenv("FACTORY_QUIET", quiet)  # what factory train -q gives its ranks
+            monkeypatch.setenv("FACTORY_QUIET", quiet)  # what factory train -q and factory rl train -q give their ranks
+        say_fresh_start(tmp_path / run)  # what a --resume without a checkpoint says, in both trainers
         with MetricsLog(tmp_path / run, True, 6) as metrics:
             metrics.log(1, "train", {"loss": 5.25, "lr": 0.01})
             metrics.log(1, "eval", {"code": {"loss": 5.5}})
         printed = capsys.readouterr()
         assert printed.out == ""
-        shown = [] if quiet else ["[train step 1/6] loss=5.25, lr=0.01", "[eval step 1/6] code/loss=5.5"]
+        fresh = f"no complete checkpoint under {tmp_path / run / 'checkpoints'}; starting from step 0"
+        shown = [] if quiet else [fresh, "[train step 1/6] loss=5.25, lr=0.01", "[eval step 1/6] code/loss=5.5"]
         assert printed.err.splitlines() == shown
         records = [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
         assert [r["kind"] for r in records] == ["train", "eval"]

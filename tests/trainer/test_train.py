@@ -104,10 +104,12 @@ def test_evals_checkpoints_and_lineage(setup, two_rank_run):
 
 @pytest.mark.slow
 def test_quiet_prints_no_progress_only_the_line_a_finished_run_ends_with(two_rank_training):
-    """The reference run was `factory train -q`: no progress line; its result on stdout, as every
-    command's, naming its last losses and its last checkpoint, absolute."""
+    """The reference run was `factory train -q --resume` into a new folder: no progress line, no
+    note that it starts at step 0; its result on stdout, as every command's, naming its last losses
+    and its last checkpoint, absolute."""
     run_dir, proc = two_rank_training
     assert not [line for line in proc.stderr.splitlines() if line.startswith("[")], proc.stderr[-4000:]
+    assert "no complete checkpoint" not in proc.stderr, proc.stderr[-4000:]
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     loss = next(r for r in reversed(records) if r["kind"] == "train")["loss"]
     heldout = next(r for r in reversed(records) if r["kind"] == "eval")
