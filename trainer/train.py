@@ -294,6 +294,9 @@ def lineage_record(
     position = {
         "next_global_batch": batch,
         "sequences": batch * cfg.data.global_batch_size,
+        # Computed, yet the count of tokens trained on: the trainer's loader packs with concat (it sets
+        # no other packing), whose windows are always full, across documents and epochs alike, so no
+        # row holds padding and no label is masked (pinned by tests/streaming_loader/test_loader.py).
         "tokens": batch * cfg.data.global_batch_size * cfg.data.seq_len,
         "rank0_state": loader_state,
     }

@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -159,6 +160,28 @@ def test_pad_packing_pads_instead_of_splitting(mixture):
     assert (labels == IGNORE_INDEX).any()
     with loader(mixture) as concat:
         assert not any((b["labels"] == IGNORE_INDEX).any() for b in take(concat, 10))
+
+
+def test_the_trainers_batches_are_all_tokens_so_its_lineage_counts_them_exactly(mixture):
+    """A checkpoint's loader_position.tokens is computed (global batches × global batch size ×
+    seq_len), not counted: it is exact because the trainer's loader packs with concat, whose windows
+    are always full (documents run on across windows and epochs), so no row holds padding and no
+    label is masked, past an epoch's end too. Were the trainer to pack with pad, this would fail."""
+    from trainer.config import load_config
+    from trainer.data import build_loader
+    from trainer.parallel import World
+    from trainer.train import lineage_record
+
+    data = {"manifest": str(mixture.manifest), "tokenizer": str(mixture.tokenizer), "seq_len": 48, "backend": "local"}
+    cfg = load_config(None, ["data.global_batch_size=8"], raw={"data": data, "model": {"preset": "tiny"}})
+    source, _ = build_loader(cfg, World(0, 1, 0, torch.device("cpu"), None))
+    with source:
+        trained = sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in take(source, 40))
+        state = source.state_dict()
+    position = lineage_record({}, Path("run"), 40, state, cfg)["loader_position"]
+    assert position["tokens"] == trained == 40 * 8 * 48 and position["next_global_batch"] == 40
+    assert state["packing"] == "concat"
+    assert any(cursor[0] > 0 for by_name in state["shards"].values() for cursor in by_name.values())  # a new epoch
 
 
 def test_held_out_documents_never_reach_training(mixture):
