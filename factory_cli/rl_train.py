@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rl.lineage import check_resume
+    from rl.lineage import check_run_dir
     from rl.train_config import load_rl_config
     from trainer.launch import command
     from trainer.lineage import read_lineage
@@ -37,8 +37,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--nproc must be at least 1")
     cfg = load_rl_config(args.config, args.set)  # fail here, before starting any rank
     cfg.check_world(args.nproc)
-    if args.resume:
-        check_resume(cfg)  # the ranks check it again
+    check_run_dir(cfg, args.resume)  # the ranks check it again
     read_lineage(cfg.start.checkpoint)  # the starting checkpoint: there, complete, readable
     argv = command(args.config, args.nproc, args.set, args.resume, module="rl.learner")
     return launch(argv, args.nproc, quiet=args.quiet)  # -q: the ranks print no progress line

@@ -47,7 +47,7 @@ from lakehouse.errors import ConfigError
 from lakehouse.faults import maybe_fail
 from lakehouse.version import code_version
 from rl.grpo import group_advantages, grpo_loss, token_logprobs
-from rl.lineage import check_resume
+from rl.lineage import check_run_dir
 from rl.rollouts_table import RolloutRecorder, rollout_row
 from rl.scored import Scored
 from rl.task_source import Task, TaskSource, load_task_source
@@ -354,8 +354,7 @@ def lineage_record(
 
 def train(cfg: RLConfig, world: World, resume: bool = False) -> None:
     run_dir = Path(cfg.run.dir)
-    if resume:  # again on every rank, as factory rl train checked before torchrun, for a plain python -m rl.learner
-        check_resume(cfg)
+    check_run_dir(cfg, resume)  # again on every rank, as factory rl train checked before torchrun: python -m rl.learner
     start = load_checkpoint(cfg.start.checkpoint, world.device)
     catalog = load_catalog(cfg.run.catalog or None)
     source = fit_prompts(load_task_source(cfg, world, catalog), start, cfg)

@@ -5,8 +5,9 @@ checked for what its readers take from it without looking: ``factory lineage`` p
 ``trainer.lineage.lineage_in`` checks the rest of the file; it cannot check this section, which
 rl/ defines and trainer/ may not import. Not in rl/learner.py: a page should not import torch.
 
-A resume is bound to the config that section records (``check_resume``), checked by
-``factory rl train`` before torchrun starts and again on every rank."""
+A start into a run folder is checked against its checkpoints (``check_run_dir``): a fresh start
+into one that holds some is refused, and a resume is bound to the config that section records;
+``factory rl train`` checks it before torchrun starts and every rank again."""
 
 from __future__ import annotations
 
@@ -52,15 +53,21 @@ def check_rl_lineage(lineage: dict[str, Any], file: Path) -> None:
         recorded_inputs(inputs, f"{file} at rl.tasks.inputs")
 
 
-def check_resume(cfg: RLConfig) -> None:
-    """Refuse to resume a run under another config than its newest complete checkpoint recorded
-    (``rl.config`` in its lineage.json; not config.resolved.json, which every start rewrites): its
-    rollouts would go to ``rl.rollouts`` under another run id (a hash of the config), and its
-    lineage would name only those. A checkpoint that records no config binds nothing: refused too."""
+def check_run_dir(cfg: RLConfig, resume: bool) -> None:
+    """Refuse a fresh start into a folder holding checkpoints (it would write its own step folders
+    among the earlier run's, and append to its metrics), and a resume under another config than its
+    newest complete checkpoint recorded (``rl.config`` in its lineage.json; not config.resolved.json,
+    which every start rewrites): its rollouts would go to ``rl.rollouts`` under another run id (a hash
+    of the config), and its lineage would name only those. A checkpoint that records no config binds
+    nothing: refused too."""
     run_dir = Path(cfg.run.dir)
     latest = latest_checkpoint(run_dir)
     if latest is None:
-        return  # nothing to resume: the run starts at step 0
+        return  # nothing to continue: a start (with or without --resume) begins at step 0
+    if not resume:
+        raise ConfigError(
+            f"{run_dir} holds checkpoints of an earlier run: pass --resume to continue it, or choose another run.dir"
+        )
     file = latest[1] / "lineage.json"
     lineage = read_lineage(latest[1])
     check_rl_lineage(lineage, file)

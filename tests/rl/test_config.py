@@ -9,7 +9,7 @@ import pytest
 
 from lakehouse.errors import ConfigError
 from rl.train_config import load_rl_config
-from tests.conftest import run_factory
+from tests.conftest import factory_here, run_factory
 
 START = {"start": {"checkpoint": "runs/x/checkpoints/step-1"}}
 
@@ -93,10 +93,22 @@ def test_a_resume_under_other_settings_is_refused_before_any_rank_starts(tmp_pat
     assert same.returncode == 2 and f"{tmp_path / 'start'} is not a checkpoint" in same.stderr, same.stderr
 
 
+def test_a_fresh_start_into_a_folder_holding_checkpoints_is_refused(tmp_path, capsys):
+    """Without --resume, the run started at step 0 in the earlier run's folder: its checkpoints
+    went among the earlier ones (step-2 beside an older step-6, the newest still the older run's)."""
+    run_dir = tmp_path / "run"
+    config = tmp_path / "rl.toml"
+    config.write_text(f'[start]\ncheckpoint = "{tmp_path / "start"}"\n[run]\ndir = "{run_dir}"\n')
+    _rl_checkpoint(run_dir, 6, load_rl_config(config).to_dict())
+    fresh = factory_here(capsys, "rl", "train", "--config", str(config))
+    assert fresh.returncode == 2, fresh.stderr
+    assert f"{run_dir} holds checkpoints of an earlier run: pass --resume to continue it" in fresh.stderr
+
+
 def test_a_resume_is_bound_to_the_config_its_checkpoint_recorded_not_to_config_resolved(tmp_path):
     """config.resolved.json is rewritten by every start, and a checkpoint without one (or whose
     lineage records no rl.config) resumed unchecked: the newest checkpoint's rl.config binds it."""
-    from rl.lineage import check_resume
+    from rl.lineage import check_run_dir
 
     run_dir = tmp_path / "run"
     cfg = load_rl_config(None, [f"run.dir='{run_dir}'", "train.steps=6"], raw=START)
@@ -104,15 +116,17 @@ def test_a_resume_is_bound_to_the_config_its_checkpoint_recorded_not_to_config_r
     longer = load_rl_config(None, [f"run.dir='{run_dir}'", "train.steps=8"], raw=START)
     (run_dir / "config.resolved.json").write_text(json.dumps(longer.to_dict(), default=list))  # a later start's
     with pytest.raises(ConfigError, match=r"started with other settings \(train.steps\)"):
-        check_resume(longer)
-    check_resume(cfg)
-    check_resume(load_rl_config(None, [f"run.dir='{tmp_path / 'new'}'"], raw=START))  # no checkpoint: step 0
+        check_run_dir(longer, resume=True)
+    check_run_dir(cfg, resume=True)
+    check_run_dir(
+        load_rl_config(None, [f"run.dir='{tmp_path / 'new'}'"], raw=START), resume=True
+    )  # no checkpoint: step 0
     no_config = tmp_path / "no-config"
     _rl_checkpoint(no_config, 6, None)
     with pytest.raises(
         ConfigError, match=r"its newest checkpoint records no rl\.config to compare this one with"
     ) as no:
-        check_resume(load_rl_config(None, [f"run.dir='{no_config}'"], raw=START))
+        check_run_dir(load_rl_config(None, [f"run.dir='{no_config}'"], raw=START), resume=True)
     assert "Restore that lineage.json from a copy of the checkpoint, or train into a new run.dir" in str(no.value)
 
 
