@@ -2,7 +2,8 @@
 
 The trial runs ``trainer.launch`` (torchrun) in its own run directory
 (``<sweep dir>/runs/<trial id>``), so it has its metrics, checkpoints and lineage like any
-run. While it trains, each held-out evaluation it writes to ``metrics.jsonl`` is reported to
+run; a one-rank trial starts its rank itself, as torchrun would have (``trial_command``), without
+a launcher's second torch import. While it trains, each held-out evaluation it writes to ``metrics.jsonl`` is reported to
 Ray Tune (ASHA decides on these); when it ends, a last report carries the whole summary. A run
 that fails raises ``TrialFailed`` with the end of its log: Tune marks the trial errored and the
 sweep goes on.
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.sweep_spec import COMPONENT_PREFIX, MIXTURE_KEY, MIXTURE_PREFIX, toml_literal
-from trainer.launch import command, signal_on_parent_death
+from trainer.launch import ONE_RANK_ENV, command, failed_one_rank, one_rank_command, signal_on_parent_death
 
 MAX_CURVE_POINTS = 200
 POLL_S = 0.25
@@ -109,8 +110,8 @@ def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
         env["FACTORY_HOME"] = setup.factory_home
     watcher = MetricsWatcher(run_dir / "metrics.jsonl", setup.target)
     with (run_dir / "trial.log").open("ab") as log, TrialRun(setup, config, run_dir, trial_id, log) as tracked:
-        argv = command(setup.config, setup.nproc, [*overrides, *tracked.overrides], resume=resume)
-        env.update(tracked.env)
+        argv, launched = trial_command(setup, [*overrides, *tracked.overrides], resume)
+        env.update({**tracked.env, **launched})
         started = time.time()
         process = subprocess.Popen(
             argv, cwd=setup.cwd, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=signal_on_parent_death
@@ -127,12 +128,26 @@ def run_trial(config: dict[str, Any], setup: TrialSetup) -> None:
                     process.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     process.kill()
-        if process.returncode != 0:
-            raise TrialFailed(f"training exited {process.returncode}: {_tail(run_dir / 'trial.log')}")
+        status = process.returncode
+        if status != 0 and launched:  # the rank alone: its log and status end as torchrun's would have
+            status, lines = failed_one_rank(status)
+            log.write("".join(f"{line}\n" for line in lines).encode())
+            log.flush()
+        if status != 0:
+            raise TrialFailed(f"training exited {status}: {_tail(run_dir / 'trial.log')}")
         list(watcher.new_evaluations())
         summary = {**watcher.summary(run_dir, setup.cwd), "wall_seconds": time.time() - started}
         tracked.finish(summary)
     tune.report({**summary, "done_training": True})
+
+
+def trial_command(setup: TrialSetup, overrides: list[str], resume: bool) -> tuple[list[str], dict[str, str]]:
+    """The training command of a trial and what it adds to the environment. Several ranks: torchrun
+    (``trainer.launch``), as ``factory train`` runs it. One: its rank, given the environment torchrun
+    gives it (the same world of one, the same run); this process watches it as torchrun would."""
+    if setup.nproc == 1:
+        return one_rank_command(setup.config, overrides, resume=resume), dict(ONE_RANK_ENV)
+    return command(setup.config, setup.nproc, overrides, resume=resume), {}
 
 
 def pin_trial_manifest(

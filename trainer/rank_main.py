@@ -75,7 +75,8 @@ def lost_a_peer(exc: BaseException) -> bool:
 
 
 def die_with_launcher() -> None:
-    """Get SIGTERM when torchrun, this rank's parent, dies; end now if it died a moment ago.
+    """Get SIGTERM when torchrun, this rank's parent (or a one-rank trial's worker, which starts
+    the rank itself: ``trainer.launch.one_rank_command``), dies; end now if it died a moment ago.
 
     torchrun stops its ranks when it is stopped, but not when it is killed (a sweep's trial
     ended by Ray, a launcher killed by the OOM killer): its ranks would live on, orphans that

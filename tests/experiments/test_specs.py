@@ -55,6 +55,26 @@ def test_trial_overrides_are_what_factory_train_takes(tmp_path):
     ]
 
 
+def test_a_one_rank_trial_starts_its_rank_as_torchrun_would_and_ends_as_torchrun_would(tmp_path):
+    from experiments.trial import TrialSetup, trial_command
+
+    one = TrialSetup("s", "sweep", str(tmp_path), "/", "c.toml", (), 1, 1, "m.json")
+    argv, env = trial_command(one, ["train.steps=3"], resume=True)
+    # No launcher: the rank itself (a second torch import spared), given torchrun's world of one.
+    assert argv[1:] == ["-u", "-m", "trainer.train", "--config", "c.toml", "--set", "train.steps=3", "--resume"]
+    assert env["RANK"] == env["LOCAL_RANK"] == "0" and env["WORLD_SIZE"] == "1" and env["MASTER_PORT"] == "0"
+    two = TrialSetup("s", "sweep", str(tmp_path), "/", "c.toml", (), 2, 1, "m.json")
+    argv, env = trial_command(two, ["train.steps=3"], resume=False)
+    assert argv[1:5] == ["-m", "trainer.launch", "--nproc-per-node", "2"] and env == {}
+
+    from trainer.launch import failed_one_rank
+
+    # A rank that failed ends its trial's log and status as torchrun's launcher ends them.
+    assert failed_one_rank(-9) == (1, ["training failed: rank 0 was killed by SIGKILL"])
+    assert failed_one_rank(2) == (2, ["training failed: rank 0 exited 2"])
+    assert failed_one_rank(1) == (1, ["training failed: rank 0 exited 1"])
+
+
 def test_numpy_values_become_plain_toml():
     import numpy as np
 

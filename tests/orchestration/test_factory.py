@@ -362,7 +362,9 @@ enabled = true
 """
 
 
-ADOPTION = adoption("probe", "lr", seeds=3)
+# Two seeds, as the ladder's: each trial is deterministic, and the faster rate is better by 0.416 and
+# 0.420 on seeds 0 and 1 (Welch's p = 0.008 against 0.05); a third seed only added two more trials.
+ADOPTION = adoption("probe", "lr", seeds=2)
 
 
 def declare(factory: Factory, name: str, extra: str) -> FactoryDefinition:
