@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from lakehouse.commit import recorded_inputs
 from lakehouse.errors import ConfigError, InputError
 from lakehouse.json_paths import differing_paths
-from trainer.checkpoint_paths import latest_checkpoint
+from trainer.checkpoint_paths import checkpoint_to_continue
 from trainer.lineage import missing_keys, read_lineage
 
 if TYPE_CHECKING:
@@ -61,15 +61,11 @@ def check_run_dir(cfg: RLConfig, resume: bool) -> None:
     of the config), and its lineage would name only those. A checkpoint that records no config binds
     nothing: refused too."""
     run_dir = Path(cfg.run.dir)
-    latest = latest_checkpoint(run_dir)
+    latest = checkpoint_to_continue(run_dir, resume)
     if latest is None:
-        return  # nothing to continue: a start (with or without --resume) begins at step 0
-    if not resume:
-        raise ConfigError(
-            f"{run_dir} holds checkpoints of an earlier run: pass --resume to continue it, or choose another run.dir"
-        )
-    file = latest[1] / "lineage.json"
-    lineage = read_lineage(latest[1])
+        return
+    file = latest / "lineage.json"
+    lineage = read_lineage(latest)
     check_rl_lineage(lineage, file)
     rl = lineage.get("rl")
     recorded = rl.get("config") if isinstance(rl, dict) else None
@@ -78,7 +74,7 @@ def check_run_dir(cfg: RLConfig, resume: bool) -> None:
             f"--resume continues the RL run in {run_dir} as it started, but its newest checkpoint records no "
             f"rl.config to compare this one with ({file} lacks it: the file is damaged or was edited, or the "
             "checkpoint is not an RL run's). Restore that lineage.json from a copy of the checkpoint, or train "
-            f"into a new run.dir with start.checkpoint set to {latest[1]}"
+            f"into a new run.dir with start.checkpoint set to {latest}"
         )
     now = json.loads(json.dumps(cfg.to_dict(), default=list))
     changed = [path for path in differing_paths(recorded, now) if path != "run.dir"]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from lakehouse.errors import ConfigError
+
 COMPLETE = "COMPLETE"
 # ASCII digits only: the writer makes no others, and a page builds links from the name.
 _STEP_DIR = re.compile(r"step-([0-9]+)\Z")
@@ -44,3 +46,18 @@ def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
 def latest_checkpoint(run_dir: Path) -> tuple[int, Path] | None:
     done = complete_checkpoints(run_dir)
     return done[-1] if done else None
+
+
+def checkpoint_to_continue(run_dir: Path, resume: bool) -> Path | None:
+    """The newest complete checkpoint a start into ``run_dir`` continues, for the caller to check
+    the start against; None when there is none (a start, with or without ``--resume``, begins at
+    step 0). A fresh start into a folder holding checkpoints is refused: its step folders would go
+    among the earlier run's, and its metrics after them."""
+    latest = latest_checkpoint(run_dir)
+    if latest is None:
+        return None
+    if not resume:
+        raise ConfigError(
+            f"{run_dir} holds checkpoints of an earlier run: pass --resume to continue it, or choose another run.dir"
+        )
+    return latest[1]

@@ -19,7 +19,7 @@ from typing import Any
 
 from lakehouse.errors import ConfigError
 from lakehouse.json_paths import differing_paths
-from trainer.checkpoint_paths import latest_checkpoint
+from trainer.checkpoint_paths import checkpoint_to_continue
 from trainer.config import Config
 
 # Key paths (or section prefixes ending in ".") a resume may change. Everything else is part of
@@ -65,15 +65,11 @@ def check_run_dir(cfg: Config, resume: bool, manifest_fingerprint: str, tokenize
     from trainer.lineage import read_lineage
 
     run_dir = Path(cfg.run.dir)
-    latest = latest_checkpoint(run_dir)
+    latest = checkpoint_to_continue(run_dir, resume)
     if latest is None:
-        return  # nothing to continue: a start (with or without --resume) begins at step 0
-    if not resume:
-        raise ConfigError(
-            f"{run_dir} holds checkpoints of an earlier run: pass --resume to continue it, or choose another run.dir"
-        )
-    lineage = read_lineage(latest[1])
-    file = latest[1] / "lineage.json"
+        return
+    lineage = read_lineage(latest)
+    file = latest / "lineage.json"
     changed = changed_data(lineage, manifest_fingerprint, tokenizer_sha256)
     recorded = lineage.get("config")
     if not isinstance(recorded, dict):
@@ -84,7 +80,7 @@ def check_run_dir(cfg: Config, resume: bool, manifest_fingerprint: str, tokenize
     if changed:
         raise ConfigError(
             f"--resume continues the run in {run_dir} as it started, but these settings differ from its "
-            f"checkpoint {latest[1]}: {', '.join(changed)}. Resume with the config it started with (recorded "
+            f"checkpoint {latest}: {', '.join(changed)}. Resume with the config it started with (recorded "
             f'under "config" in {file}), or train into a new run.dir'
         )
 
