@@ -72,7 +72,12 @@ def command(
     else:
         count, endpoint, rdzv_id = nodes
         argv += ["--nnodes", str(count), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id]
-    argv += ["-m", module, "--config", str(config)]
+    return argv + rank_arguments(config, overrides, resume, module)
+
+
+def rank_arguments(config: str, overrides: Sequence[str], resume: bool, module: str) -> list[str]:
+    """What each rank is started with, after the interpreter: its module and the run's options."""
+    argv = ["-m", module, "--config", str(config)]
     for override in overrides:
         argv += ["--set", override]
     if resume:
@@ -100,12 +105,8 @@ def one_rank_command(
     """The rank of a one-rank run started without torchrun (run it with ``ONE_RANK_ENV``): a sweep's
     trial, whose own process watches it, need not pay a launcher's second torch import (about 2 s
     of CPU, a quarter of a small trial's). ``failed_one_rank`` says what torchrun would have said."""
-    argv = [sys.executable, "-u", "-m", module, "--config", str(config)]  # -u: as torchrun starts its ranks
-    for override in overrides:
-        argv += ["--set", override]
-    if resume:
-        argv.append("--resume")
-    return argv
+    # -u: as torchrun starts its ranks
+    return [sys.executable, "-u", *rank_arguments(config, overrides, resume, module)]
 
 
 @dataclass(frozen=True)
