@@ -141,6 +141,11 @@ def test_a_2x2_grid_lands_4_rows_and_a_crashing_trial_is_recorded_as_failed(in_l
     _check_trial_runs(outcome.sweep_dir, rows)
     _, record, parent, _ = _tracked(outcome.sweep_dir)
     assert record["experiment"] == f"factory/sweep/{outcome.sweep_id}" and parent.info.status == "FINISHED"
+    # Tune's JSON results for each trial (and CSV for each that reported), no TensorBoard events
+    # (experiments/sweep.py says why).
+    tune_dir = outcome.sweep_dir / "tune"
+    assert len(list(tune_dir.glob("*/result.json"))) == 4 and len(list(tune_dir.glob("*/progress.csv"))) == 3
+    assert not list(tune_dir.rglob("events.out.tfevents*"))
 
 
 def test_an_interrupted_sweep_resumes_without_rerunning_finished_trials(in_lake, tmp_path):
