@@ -186,7 +186,7 @@ class TrialRun:
         }
         # A trial restarted after an interruption continues its run: MLflow's start_run, inside
         # setup_mlflow, takes the run to continue from MLFLOW_RUN_ID.
-        with _environment("MLFLOW_RUN_ID", earlier.info.run_id if earlier is not None else None):
+        with environment_variable("MLFLOW_RUN_ID", earlier.info.run_id if earlier is not None else None):
             module = setup_mlflow(
                 dict(self.config),
                 tracking_uri=tracking.tracking_uri,
@@ -226,7 +226,7 @@ class TrialRun:
 
 
 @contextlib.contextmanager
-def _environment(name: str, value: str | None) -> Iterator[None]:
+def environment_variable(name: str, value: str | None) -> Iterator[None]:
     """``$name`` set to ``value`` (None: unset) inside the block, as it was after."""
     before = os.environ.get(name)
     if value is None:
