@@ -190,10 +190,10 @@ def test_a_harmful_variant_is_rejected_at_every_size_and_the_base_again_is_never
             "ladder": {"sizes": {"d32": {"model.dim": 32}, "d48": {"model.dim": 48}}},
         }
     )
-    # 4 Ray CPUs run 4 one-CPU trials at once on 2 cores: a trial this small mostly starts processes
-    # and waits on them (tests/experiments/test_sweeps.py), and each trains with one thread whatever
-    # runs beside it, so the metrics are the same as one or two at a time.
-    outcome, verdicts = run_ladder(spec, num_cpus=4)
+    # 2 Ray CPUs run 2 one-CPU trials at once on 2 cores (more at once only add Ray workers and
+    # contention: tests/experiments/test_sweeps.py), and each trains with one thread whatever runs
+    # beside it, so the metrics are the same as one or four at a time.
+    outcome, verdicts = run_ladder(spec, num_cpus=2)
     print(format_ladder(spec.ladder_id, verdicts, spec.ablation.alpha))
     by_name = {v.variant: v for v in verdicts}
     harmful, again = by_name["huge-eps"], by_name["base-again"]

@@ -1,9 +1,9 @@
 """Sweeps and ablations on real Ray Tune: each trial a real training run (torchrun, gloo) on a
 tiny lakehouse, each outcome a row of experiments.trials. Every test starts Ray and shuts it
-down. A Ray of 4 CPUs runs 4 trials at once even on 2 cores (the Ray CPU is a count, not a
-core): a trial this small spends a good part of its time starting processes (Ray's worker, torchrun,
-the rank) and waiting on them, which overlap. The ablation's 6 trials run at once, on a Ray of 6.
-The interrupted sweep keeps 2, one trial at a time, and resumes on 4."""
+down. A Ray of 2 CPUs runs 2 one-CPU trials at once on 2 cores: a one-rank trial starts without
+torchrun and keeps its core busy, so more at once (the Ray CPU is a count, not a core) only add
+Ray workers (seconds of imports each) and contention: docs/development.md has the figures. The
+interrupted sweep keeps 2, one trial at a time, and resumes on 4."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def test_a_2x2_grid_lands_4_rows_and_a_crashing_trial_is_recorded_as_failed(in_l
             "space": {"optim.lr": [0.01, 0.001], "mixture.code": [0.2, 2.0]},
         }
     )
-    outcome = run_sweep(spec, num_cpus=4)
+    outcome = run_sweep(spec, num_cpus=2)
 
     rows = outcome.rows
     assert len(rows) == 4 and outcome.unfinished == 0
@@ -215,7 +215,7 @@ def test_the_ablation_noise_test_flags_a_real_difference_and_not_a_rerun_of_the_
         seeds=2,
         variants={"lr-100x-smaller": {"optim.lr": 0.0001}, "base-again": {"optim.lr": 0.01}},
     )
-    outcome, reports = run_ablation(spec, num_cpus=6)
+    outcome, reports = run_ablation(spec, num_cpus=2)
     assert len(outcome.rows) == 6 and all(r["status"] == "completed" for r in outcome.rows)
     by_name = {r.variant: r for r in reports}
     print(format_ablation(reports, spec.alpha))

@@ -51,15 +51,14 @@ TINY = ["train.steps=4", "eval.every=4", "eval.batches=1", "checkpoint.every=4",
 # The gate's proxies train a little longer: 8 steps tell half-noise data from clean data by far.
 PROXY = ["train.steps=8", "eval.every=8", "eval.batches=1", "checkpoint.every=8", "data.global_batch_size=4",
          "data.seq_len=64", "data.num_shards=1", "optim.warmup_steps=2"]  # fmt: skip
-# Each search proxy, gate proxy and ablation trial reserves half a Ray CPU, so 4 run at once on the
-# 2 a 2-core machine's Ray has: a proxy this small spends a good part of its time starting processes
-# (Ray's worker, torchrun, the rank) and waiting on them, which overlap. Each trains with one thread
-# at half a CPU as at one, so the metrics are the same.
+# Each search proxy, gate proxy and ablation trial reserves the default one Ray CPU, so 2 run at once
+# on a 2-core machine: a trial's rank starts without torchrun and keeps its core busy, so more at once
+# only add Ray workers and contention (tests/experiments/test_sweeps.py has the figures).
 DEFINITION = f"""
 [mixtures.searched]
 components = ["code", "web"]
 heldout_documents = 4
-search = {{ config = "{DEMO_TRAIN}", trials = 6, set = {json.dumps(TINY)}, candidates = 200, top = 20, resources = {{ cpus = 0.5 }} }}
+search = {{ config = "{DEMO_TRAIN}", trials = 6, set = {json.dumps(TINY)}, candidates = 200, top = 20 }}
 
 [runs.small]
 config = "{DEMO_TRAIN}"
@@ -75,7 +74,6 @@ enabled = true
 config = "{DEMO_TRAIN}"
 set = {json.dumps(PROXY)}
 seeds = 3
-resources = {{ cpus = 0.5 }}
 
 [policies.mixture_redetermination]
 enabled = true
@@ -353,7 +351,6 @@ set = {json.dumps([*TINY, "optim.lr=0.00001"])}
 [experiments.ablations.{ablation}]
 run = "{run}"
 seeds = {seeds}
-resources = {{ cpus = 0.5 }}
 variants = {{ faster = {{ "optim.lr" = 0.003 }} }}
 {ladder}
 
