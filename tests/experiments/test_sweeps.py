@@ -1,6 +1,6 @@
-"""Sweeps and ablations on real Ray Tune: each trial a real training run (torchrun, gloo) on a
-tiny lakehouse, each outcome a row of experiments.trials. Every test starts Ray and shuts it
-down. A Ray of 2 CPUs runs 2 one-CPU trials at once on 2 cores: a one-rank trial starts without
+"""Sweeps and ablations on real Ray Tune: each trial a real training run (one gloo rank, started as
+torchrun would start it) on a tiny lakehouse, each outcome a row of experiments.trials. Every test
+starts Ray and shuts it down. A Ray of 2 CPUs runs 2 one-CPU trials at once on 2 cores: a one-rank trial starts without
 torchrun and keeps its core busy, so more at once (the Ray CPU is a count, not a core) only add
 Ray workers (seconds of imports each) and contention: docs/development.md has the figures. The
 interrupted sweep keeps 2, one trial at a time, and resumes on 4."""

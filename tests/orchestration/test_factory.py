@@ -53,7 +53,7 @@ PROXY = ["train.steps=8", "eval.every=8", "eval.batches=1", "checkpoint.every=8"
          "data.seq_len=64", "data.num_shards=1", "optim.warmup_steps=2"]  # fmt: skip
 # Each search proxy, gate proxy and ablation trial reserves the default one Ray CPU, so 2 run at once
 # on a 2-core machine: a trial's rank starts without torchrun and keeps its core busy, so more at once
-# only add Ray workers and contention (tests/experiments/test_sweeps.py has the figures).
+# only add Ray workers and contention (docs/development.md has the figures).
 DEFINITION = f"""
 [mixtures.searched]
 components = ["code", "web"]
